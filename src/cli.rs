@@ -1,0 +1,56 @@
+//! Command line: global options that override settings, and the subcommands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{LogFormat, Overrides};
+
+/// Moves records from Kafka topics into PostgreSQL tables exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "kafka-pg-sink", version, about)]
+pub struct Cli {
+    /// TOML configuration file.
+    #[arg(short, long, global = true, env = "KAFKA_PG_SINK_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Kafka bootstrap servers (overrides kafka.bootstrap_servers).
+    #[arg(long, global = true)]
+    pub bootstrap_servers: Option<String>,
+    /// PostgreSQL URL (overrides postgres.url).
+    #[arg(long, global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Kafka consumer group (overrides kafka.group_id).
+    #[arg(long, global = true)]
+    pub group_id: Option<String>,
+    /// Log format (overrides log.format).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Any setting as key.path=value, e.g. --set batch.max_records=5000; repeatable.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Consume the configured topics and write them to PostgreSQL until stopped.
+    Run,
+    /// Create or upgrade the sink's own tables (kafka_offsets); safe to run repeatedly.
+    Migrate,
+    /// Validate the configuration, reach Kafka and PostgreSQL, and check every table mapping.
+    Check,
+}
+
+impl Cli {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            database_url: self.database_url.clone(),
+            group_id: self.group_id.clone(),
+            log_format: self.log_format,
+            set: self.set.clone(),
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! Settings: a TOML file, overridden by environment variables, overridden by flags.
+//!
+//! figment merges the layers so every setting has one name everywhere: `batch.max_wait` in the
+//! file is `KAFKA_PG_SINK_BATCH__MAX_WAIT` in the environment and `--set batch.max_wait=…` on the
+//! command line.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use figment::providers::{Env, Format, Serialized, Toml};
+
+use figment::Figment;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the environment variables that override settings (`__` separates levels).
+pub const ENV_PREFIX: &str = "KAFKA_PG_SINK_";
+
+/// Everything the sink needs to run; built once at startup and never mutated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub kafka: KafkaSettings,
+    pub postgres: PostgresSettings,
+    #[serde(default)]
+    pub batch: BatchSettings,
+    #[serde(default)]
+    pub log: LogSettings,
+    /// One entry per subscribed topic; each goes to its own table.
+    #[serde(default)]
+    pub topics: Vec<TopicSettings>,
+}
+
+/// Kafka consumer settings; `properties` passes librdkafka options through verbatim.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub bootstrap_servers: String,
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    #[serde(default)]
+    pub group_protocol: GroupProtocol,
+    /// Where a partition with no stored offset starts.
+    #[serde(default)]
+    pub auto_offset_reset: ResetPolicy,
+    /// Classic protocol only; the `consumer` protocol takes it from the broker.
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// librdkafka properties (SASL, SSL, fetch sizes, …), applied after the sink's own.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The Kafka group protocol: `classic` (cooperative-sticky) or KIP-848 `consumer`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupProtocol {
+    #[default]
+    Classic,
+    Consumer,
+}
+
+/// What to do with a partition that has no offset stored in PostgreSQL yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResetPolicy {
+    #[default]
+    Earliest,
+    Latest,
+    /// Refuse to start the partition: an operator must set its offset first.
+    Fail,
+}
+
+/// PostgreSQL connection and writer settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSettings {
+    /// Kept secret so that it never reaches a log line or a `Debug` print.
+    pub url: SecretString,
+    /// Writer connections; each owns a disjoint set of partitions and commits on its own.
+    #[serde(default = "default_writers")]
+    pub writers: usize,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Upper bound for any one statement of a batch transaction.
+    #[serde(default = "default_statement_timeout", with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    /// How long claiming a partition waits for a row lock before fencing the holder.
+    #[serde(default = "default_lock_timeout", with = "humantime_serde")]
+    pub lock_timeout: Duration,
+    /// Lets the server end a transaction whose client stopped (SIGSTOP, network partition).
+    #[serde(
+        default = "default_idle_in_transaction_timeout",
+        with = "humantime_serde"
+    )]
+    pub idle_in_transaction_timeout: Duration,
+}
+
+/// Limits that close a batch; whichever is reached first wins.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSettings {
+    #[serde(default = "default_max_records")]
+    pub max_records: usize,
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: ByteSize,
+    #[serde(default = "default_max_wait", with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// Sealed batches a writer may hold before the consumer waits for it.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// First and last delay between retries of a failed transaction.
+    #[serde(default = "default_retry_min", with = "humantime_serde")]
+    pub retry_backoff_min: Duration,
+    #[serde(default = "default_retry_max", with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            max_records: default_max_records(),
+            max_bytes: default_max_bytes(),
+            max_wait: default_max_wait(),
+            max_in_flight: default_max_in_flight(),
+            retry_backoff_min: default_retry_min(),
+            retry_backoff_max: default_retry_max(),
+        }
+    }
+}
+
+/// Log output settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    #[serde(default)]
+    pub format: LogFormat,
+    /// Interval of the progress line (records/s, rows committed).
+    #[serde(default = "default_progress_interval", with = "humantime_serde")]
+    pub progress_interval: Duration,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::default(),
+            progress_interval: default_progress_interval(),
+        }
+    }
+}
+
+/// Human-readable lines or one JSON object per line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// One subscribed topic and the table its records go to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    pub name: String,
+    pub table: String,
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    #[serde(default)]
+    pub format: RecordFormat,
+    /// Columns that take the record's Kafka metadata instead of a value field.
+    #[serde(default)]
+    pub metadata: MetadataColumns,
+}
+
+/// How a record value is decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordFormat {
+    /// A JSON object whose fields map onto columns by name.
+    #[default]
+    Json,
+}
+
+/// Column names for record metadata; each is optional.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataColumns {
+    pub topic: Option<String>,
+    pub partition: Option<String>,
+    pub offset: Option<String>,
+    pub timestamp: Option<String>,
+    pub key: Option<String>,
+    pub headers: Option<String>,
+}
+
+fn default_group_id() -> String {
+    "kafka-pg-sink".into()
+}
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(45)
+}
+fn default_writers() -> usize {
+    2
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_statement_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_lock_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_idle_in_transaction_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_max_records() -> usize {
+    10_000
+}
+fn default_max_bytes() -> ByteSize {
+    ByteSize::mib(8)
+}
+fn default_max_wait() -> Duration {
+    Duration::from_millis(250)
+}
+fn default_max_in_flight() -> usize {
+    2
+}
+fn default_retry_min() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_retry_max() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_progress_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_schema() -> String {
+    "public".into()
+}
+
+/// Overrides given on the command line; they win over file and environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub bootstrap_servers: Option<String>,
+    pub database_url: Option<String>,
+    pub group_id: Option<String>,
+    pub log_format: Option<LogFormat>,
+    /// `key.path=value` pairs; the value is read as TOML, falling back to a plain string.
+    pub set: Vec<String>,
+}
+
+/// A configuration problem, phrased for the person who has to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration: `--set {0}` must look like key.path=value")]
+    BadSet(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl Settings {
+    /// Loads the layers in order of precedence and validates the result.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut settings: Settings = layers(file, overrides)?.extract().map_err(Box::new)?;
+        for (key, value) in settings.kafka.properties.iter_mut() {
+            *value = expand_env(value).map_err(|var| {
+                ConfigError::Invalid(format!(
+                    "kafka.properties.{key} refers to ${{{var}}}, which is not set"
+                ))
+            })?;
+        }
+        let url = expand_env(settings.postgres.url.expose_secret()).map_err(|var| {
+            ConfigError::Invalid(format!(
+                "postgres.url refers to ${{{var}}}, which is not set"
+            ))
+        })?;
+        settings.postgres.url = url.into();
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// The log format, read before anything else so that even configuration errors are
+    /// logged the way the operator asked for.
+    pub fn peek_log_format(file: Option<&Path>, overrides: &Overrides) -> LogFormat {
+        layers(file, overrides)
+            .ok()
+            .and_then(|f| f.extract_inner("log.format").ok())
+            .unwrap_or_default()
+    }
+
+    /// Only the database URL, for commands (`migrate`) that need nothing else.
+    pub fn load_database_url(
+        file: Option<&Path>,
+        overrides: &Overrides,
+    ) -> Result<SecretString, ConfigError> {
+        let url: SecretString = layers(file, overrides)?
+            .extract_inner("postgres.url")
+            .map_err(Box::new)?;
+        url::Url::parse(url.expose_secret())
+            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
+        Ok(url)
+    }
+
+    /// Checks that cannot be expressed in the types.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.topics.is_empty() {
+            return invalid(
+                "no [[topics]] configured: name at least one topic and its table".into(),
+            );
+        }
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            return invalid("kafka.bootstrap_servers is empty".into());
+        }
+        if self.kafka.group_id.trim().is_empty() {
+            return invalid("kafka.group_id is empty".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for topic in &self.topics {
+            if topic.name.is_empty() || topic.table.is_empty() || topic.schema.is_empty() {
+                return invalid(format!(
+                    "topic {:?}: name, table and schema must not be empty",
+                    topic.name
+                ));
+            }
+            if !seen.insert(topic.name.as_str()) {
+                return invalid(format!("topic {:?} is configured twice", topic.name));
+            }
+        }
+        if self.postgres.writers == 0 || self.postgres.writers > 64 {
+            return invalid(format!(
+                "postgres.writers must be between 1 and 64, not {}",
+                self.postgres.writers
+            ));
+        }
+        if self.batch.max_records == 0 || self.batch.max_bytes.as_u64() == 0 {
+            return invalid("batch.max_records and batch.max_bytes must be positive".into());
+        }
+        if self.batch.max_in_flight == 0 {
+            return invalid("batch.max_in_flight must be at least 1".into());
+        }
+        if self.batch.max_wait.is_zero() {
+            return invalid("batch.max_wait must be positive".into());
+        }
+        for key in self.kafka.properties.keys() {
+            if matches!(
+                key.as_str(),
+                "enable.auto.commit"
+                    | "enable.auto.offset.store"
+                    | "group.id"
+                    | "bootstrap.servers"
+            ) {
+                return invalid(format!(
+                    "kafka.properties.{key} is managed by the sink; use the kafka.* setting or drop it"
+                ));
+            }
+        }
+        url::Url::parse(self.postgres.url.expose_secret())
+            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
+        Ok(())
+    }
+}
+
+/// File, then environment, then flags: later layers win.
+fn layers(file: Option<&Path>, overrides: &Overrides) -> Result<Figment, ConfigError> {
+    let mut figment = Figment::new();
+    if let Some(file) = file {
+        if !file.exists() {
+            return Err(ConfigError::Invalid(format!(
+                "config file {} does not exist",
+                file.display()
+            )));
+        }
+        figment = figment.merge(Toml::file(file));
+    }
+    // The conventional variables first, so the prefixed ones can still override them.
+    figment = figment
+        .merge(
+            Env::raw()
+                .only(&["KAFKA_BOOTSTRAP_SERVERS"])
+                .map(|_| "kafka.bootstrap_servers".into()),
+        )
+        .merge(
+            Env::raw()
+                .only(&["DATABASE_URL"])
+                .map(|_| "postgres.url".into()),
+        )
+        .merge(Env::prefixed(ENV_PREFIX).split("__"));
+    let flags = [
+        (
+            "kafka.bootstrap_servers",
+            overrides.bootstrap_servers.clone(),
+        ),
+        ("postgres.url", overrides.database_url.clone()),
+        ("kafka.group_id", overrides.group_id.clone()),
+    ];
+    for (key, value) in flags {
+        if let Some(value) = value {
+            figment = figment.merge(Serialized::default(key, value));
+        }
+    }
+    if let Some(format) = overrides.log_format {
+        figment = figment.merge(Serialized::default("log.format", format));
+    }
+    for pair in &overrides.set {
+        let (key, raw) = pair
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| ConfigError::BadSet(pair.clone()))?;
+        let value: figment::value::Value = raw
+            .parse::<toml_value::Parsed>()
+            .map(|p| p.0)
+            .unwrap_or_else(|_| raw.to_string().into());
+        figment = figment.merge(Serialized::default(key.trim(), value));
+    }
+    Ok(figment)
+}
+
+/// The TOML value parser behind `--set`, so `--set batch.max_records=500` becomes a number.
+mod toml_value {
+    use std::str::FromStr;
+
+    /// A value parsed from a `--set` right-hand side.
+    pub(super) struct Parsed(pub figment::value::Value);
+
+    impl FromStr for Parsed {
+        type Err = ();
+        fn from_str(raw: &str) -> Result<Self, ()> {
+            // Parse `v = <raw>` as a TOML document and take `v`.
+            let doc = format!("v = {raw}");
+            let data = <figment::providers::Toml as figment::providers::Format>::string(&doc);
+            let figment = figment::Figment::from(data);
+            figment.find_value("v").map(Parsed).map_err(|_| ())
+        }
+    }
+}
+
+/// Replaces `${NAME}` with the environment variable NAME, so secrets can stay out of the file.
+/// Returns the name of the first variable that is not set.
+fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let name = &rest[start + 2..start + 2 + len];
+        out.push_str(&rest[..start]);
+        out.push_str(&std::env::var(name).map_err(|_| name.to_string())?);
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Returns `url` with any password replaced, for logs and `check` output.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            // A password can also hide in the query string (`?password=`).
+            let pairs: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if is_secret_key(&k) {
+                        "***".into()
+                    } else {
+                        v.into_owned()
+                    };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            if !pairs.is_empty() {
+                parsed.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            parsed.to_string()
+        }
+        Err(_) => "<unparseable url>".into(),
+    }
+}
+
+/// Whether a configuration key names a secret (password, key, token) whose value must be hidden.
+pub fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "token",
+        "sasl.jaas.config",
+        "ssl.key.pem",
+        "private",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(contents: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), contents).unwrap();
+        file
+    }
+
+    const MINIMAL: &str = r#"
+        [kafka]
+        bootstrap_servers = "k:9092"
+        [postgres]
+        url = "postgres://u:hunter2@h/db"
+        [[topics]]
+        name = "orders"
+        table = "orders"
+    "#;
+
+    #[test]
+    fn defaults_fill_the_gaps() {
+        let file = write(MINIMAL);
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        assert_eq!(s.kafka.group_id, "kafka-pg-sink");
+        assert_eq!(s.batch.max_records, 10_000);
+        assert_eq!(s.topics[0].schema, "public");
+        assert_eq!(s.kafka.auto_offset_reset, ResetPolicy::Earliest);
+    }
+
+    #[test]
+    fn flags_and_set_override_the_file() {
+        let file = write(MINIMAL);
+        let overrides = Overrides {
+            group_id: Some("g2".into()),
+            set: vec!["batch.max_records=7".into(), "batch.max_wait=1s".into()],
+            ..Default::default()
+        };
+        let s = Settings::load(Some(file.path()), &overrides).unwrap();
+        assert_eq!(s.kafka.group_id, "g2");
+        assert_eq!(s.batch.max_records, 7);
+        assert_eq!(s.batch.max_wait, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let file = write(&format!("{MINIMAL}\n[batch]\nmax_recs = 5\n"));
+        let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("max_recs"), "{err}");
+    }
+
+    #[test]
+    fn managed_kafka_properties_are_refused() {
+        let file = write(&format!(
+            "{MINIMAL}\n[kafka.properties]\n\"enable.auto.commit\" = \"true\"\n"
+        ));
+        let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("enable.auto.commit"), "{err}");
+    }
+
+    #[test]
+    fn secrets_can_come_from_the_environment() {
+        std::env::set_var("KPS_TEST_SECRET", "s3cret");
+        assert_eq!(expand_env("a-${KPS_TEST_SECRET}-b").unwrap(), "a-s3cret-b");
+        assert_eq!(
+            expand_env("${KPS_TEST_UNSET_VAR}"),
+            Err("KPS_TEST_UNSET_VAR".into())
+        );
+        assert_eq!(
+            expand_env("no vars, ${ unterminated").unwrap(),
+            "no vars, ${ unterminated"
+        );
+    }
+
+    #[test]
+    fn the_password_never_shows_in_debug_output() {
+        let file = write(MINIMAL);
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+        assert!(!redact_url(s.postgres.url.expose_secret()).contains("hunter2"));
+        assert!(!redact_url("postgres://h/db?password=hunter2").contains("hunter2"));
+    }
+}

@@ -1,0 +1,129 @@
+//! The consumer thread: one `BaseConsumer` polled by one dedicated thread.
+//!
+//! Rebalance callbacks run inside `poll` on this thread and block on PostgreSQL, which would
+//! stall (or panic) a tokio worker; a plain thread with a runtime handle is the safe place.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+
+use crate::config::{GroupProtocol, KafkaSettings, ResetPolicy};
+use crate::mapping::RecordView;
+use crate::pipeline::Fatal;
+use crate::rebalance::SinkContext;
+use crate::shutdown::Shutdown;
+
+/// The longest the loop sleeps in `poll`; bounds how late a due batch is sealed.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// librdkafka settings for the sink's consumer: Kafka never stores a position for it.
+pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &kafka.bootstrap_servers)
+        .set("group.id", &kafka.group_id)
+        .set("client.id", "kafka-pg-sink")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog.
+        .set("queued.max.messages.kbytes", "16384")
+        .set(
+            "auto.offset.reset",
+            match kafka.auto_offset_reset {
+                ResetPolicy::Earliest => "earliest",
+                ResetPolicy::Latest => "latest",
+                ResetPolicy::Fail => "error",
+            },
+        );
+    match kafka.group_protocol {
+        GroupProtocol::Classic => {
+            config
+                .set("group.protocol", "classic")
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set(
+                    "session.timeout.ms",
+                    kafka.session_timeout.as_millis().to_string(),
+                );
+        }
+        GroupProtocol::Consumer => {
+            config.set("group.protocol", "consumer");
+        }
+    }
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// Polls until shutdown or a fatal error, then commits what is complete and leaves the group.
+pub fn run(
+    consumer: BaseConsumer<SinkContext>,
+    topics: Vec<String>,
+    shutdown: Shutdown,
+) -> Result<(), Fatal> {
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topic_refs)
+        .map_err(|e| Fatal::Other(format!("cannot subscribe to {topics:?}: {e}")))?;
+    tracing::info!(?topics, "subscribed");
+    let ctx = consumer.context().clone();
+    while !shutdown.is_triggered() {
+        let now = Instant::now();
+        let wait = {
+            let mut pipeline = ctx.pipeline();
+            pipeline.poll_results();
+            pipeline.recover_due(&consumer, now);
+            let next = pipeline.flush_due(now);
+            if pipeline.has_fatal() {
+                break;
+            }
+            next.map_or(MAX_POLL_WAIT, |t| {
+                t.saturating_duration_since(now).min(MAX_POLL_WAIT)
+            })
+        };
+        match consumer.poll(wait) {
+            None => {}
+            Some(Ok(message)) => {
+                let mut pipeline = ctx.pipeline();
+                let headers: Vec<(&str, Option<&[u8]>)> = match message.headers() {
+                    Some(h) if pipeline.needs_headers(message.topic()) => {
+                        h.iter().map(|h| (h.key, h.value)).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                let record = RecordView {
+                    topic: message.topic(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    timestamp: message.timestamp().to_millis(),
+                    key: message.key(),
+                    value: message.payload(),
+                    headers: &headers,
+                };
+                pipeline.on_record(&record);
+                if pipeline.has_fatal() {
+                    break;
+                }
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "consumer error");
+            }
+        }
+    }
+    let fatal = {
+        let mut pipeline = ctx.pipeline();
+        pipeline.drain();
+        pipeline.take_fatal()
+    };
+    // Leaving the group runs the revoke callback; nothing is left to commit by then.
+    consumer.unsubscribe();
+    drop(consumer);
+    tracing::info!("left the consumer group");
+    match fatal {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,61 @@
+//! The `kafka-pg-sink` binary: parse the command line, set up logging, dispatch.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kafka_pg_sink::cli::{Cli, Command};
+use kafka_pg_sink::config::Settings;
+use kafka_pg_sink::shutdown::Shutdown;
+use kafka_pg_sink::{check, migrate, startup, telemetry};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(Settings::peek_log_format(
+        cli.config.as_deref(),
+        &cli.overrides(),
+    ));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let overrides = cli.overrides();
+    let file = cli.config.as_deref();
+    match cli.command {
+        Command::Migrate => {
+            let url = Settings::load_database_url(file, &overrides)?;
+            let applied = migrate::apply(&url).await?;
+            if applied.is_empty() {
+                tracing::info!("migrations: already up to date");
+            } else {
+                tracing::info!(?applied, "migrations applied");
+            }
+            Ok(())
+        }
+        Command::Check => {
+            let settings = Settings::load(file, &overrides)?;
+            check::run(&settings).await
+        }
+        Command::Run => {
+            let settings = Settings::load(file, &overrides)?;
+            let shutdown = Shutdown::new();
+            shutdown.listen_for_signals();
+            startup::run(settings, shutdown).await
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The offset store: where each partition resumes, and who may advance it.
+//!
+//! Every row of `kafka_offsets` carries an owner epoch. Claiming a partition bumps it; a batch
+//! commit advances the offset only if the epoch and the expected offset still match (a
+//! compare-and-set), so a consumer that lost a partition can never move it again.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgPool, Row};
+
+/// A topic and partition; the topic is shared so that cloning is cheap on the hot path.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Debug for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A stored position as read (or claimed) from the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOffset {
+    pub tp: TopicPartition,
+    /// `None` until the first commit: the reset policy decides where reading starts.
+    pub next_offset: Option<i64>,
+    pub epoch: i64,
+}
+
+/// One partition's advance inside a batch transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetAdvance {
+    pub tp: TopicPartition,
+    /// The epoch this consumer claimed the partition with.
+    pub epoch: i64,
+    /// What the row must hold now for the commit to be ours to make.
+    pub expected: Option<i64>,
+    /// Last offset in the batch + 1.
+    pub next: i64,
+}
+
+/// Reads and claims positions on a shared pool (not the writers' connections).
+pub struct OffsetStore {
+    pool: PgPool,
+    group: String,
+    owner_id: String,
+    lock_timeout: Duration,
+}
+
+/// Splits partitions into the parallel arrays that `UNNEST` takes, sorted so that concurrent
+/// claimers lock rows in the same order and cannot deadlock.
+fn unnest_args(tps: &[TopicPartition]) -> (Vec<String>, Vec<i32>) {
+    let mut sorted: Vec<&TopicPartition> = tps.iter().collect();
+    sorted.sort();
+    sorted
+        .into_iter()
+        .map(|tp| (tp.topic.to_string(), tp.partition))
+        .unzip()
+}
+
+const CLAIM_SQL: &str = "
+INSERT INTO kafka_offsets AS o (consumer_group, topic, partition, owner_epoch, owner_id, claimed_at)
+SELECT $1, v.topic, v.partition, 1, $4, now()
+  FROM UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
+ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+   SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now()
+RETURNING topic, partition, next_offset, owner_epoch";
+
+const READ_SQL: &str = "
+SELECT o.topic, o.partition, o.next_offset, o.owner_epoch
+  FROM kafka_offsets o
+  JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
+    ON o.topic = v.topic AND o.partition = v.partition
+ WHERE o.consumer_group = $1";
+
+/// Ends the sessions of other sink processes that hold a row lock on partitions being claimed.
+/// Such a holder lost the partitions (it was paused past its session timeout, or its network
+/// broke) but its transaction is still open; waiting for the server's idle timeout would stall
+/// the new owner, and a session stopped in the middle of COPY is not idle at all.
+const FENCE_HOLDERS_SQL: &str = "
+SELECT a.pid, pg_terminate_backend(a.pid)
+  FROM kafka_offsets o
+  JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
+    ON o.topic = v.topic AND o.partition = v.partition
+  JOIN pg_locks l
+    ON l.locktype = 'transactionid' AND l.transactionid = o.xmax AND l.granted
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE o.consumer_group = $1
+   AND a.application_name = $4
+   AND a.pid <> pg_backend_pid()";
+
+/// The fenced compare-and-set that opens every batch transaction.
+const ADVANCE_SQL: &str = "
+UPDATE kafka_offsets AS o
+   SET next_offset = v.next, committed_at = now()
+  FROM UNNEST($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[])
+       AS v(topic, partition, epoch, expected, next)
+ WHERE o.consumer_group = $1
+   AND o.topic = v.topic AND o.partition = v.partition
+   AND o.owner_epoch = v.epoch
+   AND o.next_offset IS NOT DISTINCT FROM v.expected";
+
+/// SQLSTATE of `lock_timeout` expiring.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The application name every sink session uses; fencing only ever ends sessions with it.
+pub const APPLICATION_NAME: &str = "kafka-pg-sink";
+
+fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>, sqlx::Error> {
+    rows.into_iter()
+        .map(|row| {
+            Ok(StoredOffset {
+                tp: TopicPartition::new(row.try_get::<String, _>(0)?, row.try_get(1)?),
+                next_offset: row.try_get(2)?,
+                epoch: row.try_get(3)?,
+            })
+        })
+        .collect()
+}
+
+impl OffsetStore {
+    pub fn new(pool: PgPool, group: String, owner_id: String, lock_timeout: Duration) -> Self {
+        Self {
+            pool,
+            group,
+            owner_id,
+            lock_timeout,
+        }
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Takes ownership of partitions: bumps their epochs and returns where each resumes.
+    /// A zombie holding a lock on one of the rows is fenced (its session ended) and the claim
+    /// retried, so assignment never waits on a stopped process.
+    pub async fn claim(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, sqlx::Error> {
+        if tps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (topics, partitions) = unnest_args(tps);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(&format!(
+                "SET LOCAL lock_timeout = {}",
+                self.lock_timeout.as_millis().max(1)
+            ))
+            .execute(&mut *tx)
+            .await?;
+            let result = sqlx::query(CLAIM_SQL)
+                .bind(&self.group)
+                .bind(&topics)
+                .bind(&partitions)
+                .bind(&self.owner_id)
+                .fetch_all(&mut *tx)
+                .await;
+            match result {
+                Ok(rows) => {
+                    tx.commit().await?;
+                    return rows_to_offsets(rows);
+                }
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) && attempt < 10 =>
+                {
+                    drop(tx);
+                    let fenced: Vec<(i32, bool)> = sqlx::query_as(FENCE_HOLDERS_SQL)
+                        .bind(&self.group)
+                        .bind(&topics)
+                        .bind(&partitions)
+                        .bind(APPLICATION_NAME)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    tracing::warn!(
+                        sessions = ?fenced.iter().map(|(pid, _)| pid).collect::<Vec<_>>(),
+                        "a previous owner still holds locks on claimed partitions: ended its sessions"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads the stored positions and epochs, e.g. to rewind after a failed transaction.
+    pub async fn read(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, sqlx::Error> {
+        let (topics, partitions) = unnest_args(tps);
+        let rows = sqlx::query(READ_SQL)
+            .bind(&self.group)
+            .bind(&topics)
+            .bind(&partitions)
+            .fetch_all(&self.pool)
+            .await?;
+        rows_to_offsets(rows)
+    }
+}
+
+/// Runs the fenced compare-and-set inside a writer's open transaction and returns how many
+/// partitions it advanced; anything short of all of them means the batch is not ours to commit.
+pub async fn advance(
+    conn: &mut PgConnection,
+    group: &str,
+    advances: &[OffsetAdvance],
+) -> Result<u64, sqlx::Error> {
+    let mut sorted: Vec<&OffsetAdvance> = advances.iter().collect();
+    sorted.sort_by(|a, b| a.tp.cmp(&b.tp));
+    let topics: Vec<&str> = sorted.iter().map(|a| &*a.tp.topic).collect();
+    let partitions: Vec<i32> = sorted.iter().map(|a| a.tp.partition).collect();
+    let epochs: Vec<i64> = sorted.iter().map(|a| a.epoch).collect();
+    let expected: Vec<Option<i64>> = sorted.iter().map(|a| a.expected).collect();
+    let next: Vec<i64> = sorted.iter().map(|a| a.next).collect();
+    let result = sqlx::query(ADVANCE_SQL)
+        .bind(group)
+        .bind(&topics)
+        .bind(&partitions)
+        .bind(&epochs)
+        .bind(&expected)
+        .bind(&next)
+        .execute(conn)
+        .await?;
+    Ok(result.rows_affected())
+}

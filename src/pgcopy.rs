@@ -1,0 +1,239 @@
+//! PostgreSQL binary COPY framing and the one field encoding postgres-types lacks (numeric).
+//!
+//! Rows are encoded once, straight from the record into the buffer that is sent to the server:
+//! no intermediate row structs, no second copy of the payload.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// `PGCOPY\n\xff\r\n\0`, then flags and header-extension length (both zero).
+const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+/// A field count of -1 ends the data.
+const TRAILER: [u8; 2] = (-1i16).to_be_bytes();
+
+/// One COPY stream's worth of rows, all with the same column list.
+pub struct CopyBuffer {
+    buf: BytesMut,
+    rows: usize,
+}
+
+impl Default for CopyBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CopyBuffer {
+    pub fn new() -> Self {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        buf.put_slice(HEADER);
+        Self { buf, rows: 0 }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Starts a row of `fields` fields and returns a mark to undo it if a field fails.
+    pub fn begin_row(&mut self, fields: usize) -> RowMark {
+        let mark = RowMark(self.buf.len());
+        self.buf.put_i16(fields as i16);
+        mark
+    }
+
+    /// Completes the row begun at `mark`.
+    pub fn end_row(&mut self, _mark: RowMark) {
+        self.rows += 1;
+    }
+
+    /// Drops a partly written row, leaving the buffer as it was before `begin_row`.
+    pub fn undo_row(&mut self, mark: RowMark) {
+        self.buf.truncate(mark.0);
+    }
+
+    pub fn null(&mut self) {
+        self.buf.put_i32(-1);
+    }
+
+    /// Writes one field: `write` appends the value's binary form, its length is filled in after.
+    pub fn field<E>(
+        &mut self,
+        write: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let at = self.buf.len();
+        self.buf.put_i32(0);
+        write(&mut self.buf)?;
+        let len = (self.buf.len() - at - 4) as i32;
+        self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    }
+
+    /// Writes a field whose bytes are already in binary form.
+    pub fn bytes(&mut self, value: &[u8]) {
+        self.buf.put_i32(value.len() as i32);
+        self.buf.put_slice(value);
+    }
+
+    /// Ends the stream: the result is exactly what `COPY … FROM STDIN (FORMAT binary)` reads.
+    pub fn finish(mut self) -> Bytes {
+        self.buf.put_slice(&TRAILER);
+        self.buf.freeze()
+    }
+}
+
+/// Where a row started, so a failed row can be undone.
+#[derive(Debug, Clone, Copy)]
+pub struct RowMark(usize);
+
+/// Why a decimal string is not a numeric value PostgreSQL can hold.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NumericError {
+    #[error("{0:?} is not a decimal number")]
+    Syntax(String),
+    #[error("{0:?} is outside numeric's range")]
+    Range(String),
+}
+
+/// Encodes a decimal literal (`-12.50`, `1e3`, `0.000123`) as binary `numeric`:
+/// digit count, weight, sign and display scale, then base-10000 digits.
+pub fn encode_numeric(text: &str, out: &mut BytesMut) -> Result<(), NumericError> {
+    let syntax = || NumericError::Syntax(text.to_string());
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => {
+            let exp: i64 = rest[i + 1..].parse().map_err(|_| syntax())?;
+            (&rest[..i], exp)
+        }
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = match mantissa.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (mantissa, ""),
+    };
+    if int_part.is_empty() && frac_part.is_empty()
+        || !int_part.bytes().all(|b| b.is_ascii_digit())
+        || !frac_part.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(syntax());
+    }
+    // value = digits × 10^(point − digits.len())
+    let digits: Vec<u8> = int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .map(|b| b - b'0')
+        .collect();
+    let point = int_part.len() as i64 + exponent;
+    let dscale = (digits.len() as i64 - point).max(0);
+    // numeric holds up to 131072 digits before the point and 16383 after it.
+    if dscale > 16383 || point > 131_072 {
+        return Err(NumericError::Range(text.to_string()));
+    }
+    // Align to base-10000 groups: pad left so the point falls on a group boundary, pad right
+    // to whole groups (and out to the point for large exponents).
+    let left_pad = (4 - point.rem_euclid(4)) % 4;
+    let aligned_point = point + left_pad;
+    let mut padded: Vec<u8> = Vec::with_capacity(digits.len() + 8);
+    padded.resize(left_pad as usize, 0);
+    padded.extend_from_slice(&digits);
+    if (padded.len() as i64) < aligned_point {
+        padded.resize(aligned_point as usize, 0);
+    }
+    while padded.len() % 4 != 0 {
+        padded.push(0);
+    }
+    let mut groups: Vec<i16> = padded
+        .chunks(4)
+        .map(|c| (c[0] as i16) * 1000 + (c[1] as i16) * 100 + (c[2] as i16) * 10 + c[3] as i16)
+        .collect();
+    let mut weight = aligned_point / 4 - 1;
+    let leading = groups.iter().take_while(|&&g| g == 0).count();
+    groups.drain(..leading);
+    weight -= leading as i64;
+    while groups.last() == Some(&0) {
+        groups.pop();
+    }
+    let sign: u16 = if negative && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    };
+    if groups.is_empty() {
+        weight = 0;
+    }
+    if !(i16::MIN as i64..=i16::MAX as i64).contains(&weight) {
+        return Err(NumericError::Range(text.to_string()));
+    }
+    out.put_i16(groups.len() as i16);
+    out.put_i16(weight as i16);
+    out.put_u16(sign);
+    out.put_i16(dscale as i16);
+    for g in groups {
+        out.put_i16(g);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (ndigits, weight, sign, dscale, digits)
+    fn parts(text: &str) -> (i16, i16, u16, i16, Vec<i16>) {
+        let mut out = BytesMut::new();
+        encode_numeric(text, &mut out).unwrap();
+        let w = |i: usize| i16::from_be_bytes([out[i], out[i + 1]]);
+        let n = w(0);
+        let digits = (0..n as usize).map(|i| w(8 + 2 * i)).collect();
+        (n, w(2), w(4) as u16, w(6), digits)
+    }
+
+    #[test]
+    fn numeric_matches_postgres_layout() {
+        assert_eq!(parts("0"), (0, 0, 0, 0, vec![]));
+        assert_eq!(parts("1"), (1, 0, 0, 0, vec![1]));
+        assert_eq!(parts("12345.678"), (3, 1, 0, 3, vec![1, 2345, 6780]));
+        assert_eq!(parts("-0.0001"), (1, -1, 0x4000, 4, vec![1]));
+        assert_eq!(parts("10000"), (1, 1, 0, 0, vec![1]));
+        assert_eq!(parts("1.50"), (2, 0, 0, 2, vec![1, 5000]));
+        assert_eq!(parts("1e3"), (1, 0, 0, 0, vec![1000]));
+        assert_eq!(parts("1.5e-3"), (1, -1, 0, 4, vec![15]));
+        assert_eq!(parts("-0.00"), (0, 0, 0, 2, vec![]));
+        assert_eq!(parts(".5"), (1, -1, 0, 1, vec![5000]));
+    }
+
+    #[test]
+    fn numeric_rejects_what_is_not_a_number() {
+        for bad in [
+            "", "-", "1.2.3", "abc", "1e", "0x10", "1 ", "--1", "1e999999",
+        ] {
+            assert!(
+                encode_numeric(bad, &mut BytesMut::new()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_row_leaves_no_trace() {
+        let mut copy = CopyBuffer::new();
+        let before = copy.len();
+        let mark = copy.begin_row(2);
+        copy.bytes(b"abc");
+        copy.undo_row(mark);
+        assert_eq!(copy.len(), before);
+        assert_eq!(copy.rows(), 0);
+        let data = copy.finish();
+        assert_eq!(&data[..], [HEADER, &TRAILER].concat().as_slice());
+    }
+}

@@ -1,0 +1,680 @@
+//! The consumer thread's state: which partitions it owns, the batches it is filling, and what
+//! its writers are doing. Records flow one way through it:
+//!
+//! record → mapping (encode into the lane's open batch) → seal → writer (one transaction:
+//! fenced offsets, rows, COMMIT) → result → stats.
+//!
+//! The rebalance callback and the poll loop run on the same thread, so this state is only ever
+//! touched by one thread at a time; the mutex around it is never contended.
+
+use std::collections::HashMap;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rdkafka::Offset;
+
+use crate::batch::{Batch, OpenBatch};
+use crate::config::{BatchSettings, ResetPolicy};
+use crate::mapping::{RecordView, TopicMapper};
+use crate::offsets::{OffsetAdvance, OffsetStore, StoredOffset, TopicPartition};
+use crate::stats::Stats;
+use crate::writer::{Lane, Outcome, WriteResult};
+
+/// What the pipeline needs from the Kafka consumer: the few calls that move its position.
+pub trait PartitionControl {
+    fn pause(&self, tps: &[TopicPartition]);
+    fn resume(&self, tps: &[TopicPartition]);
+    /// Seeks each partition and returns the ones that failed, with the reason.
+    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)>;
+}
+
+/// A configured topic and the mapping of its records.
+pub struct Route {
+    pub topic: Arc<str>,
+    pub mapper: TopicMapper,
+}
+
+/// Where an owned partition stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// Records are taken and batched.
+    Active,
+    /// A transaction failed: records are dropped until the stored offset is re-read and the
+    /// consumer rewound to it.
+    Rewinding,
+    /// Another consumer claimed it (or its start is refused): nothing more is written for it.
+    Fenced,
+}
+
+/// One owned partition.
+struct PartitionState {
+    tp: TopicPartition,
+    lane: usize,
+    epoch: i64,
+    status: Status,
+    /// What the database will hold once every sealed batch commits: the `expected` value of
+    /// the next batch's compare-and-set.
+    sealed_next: Option<i64>,
+    /// The next offset expected from Kafka; anything below it was already taken.
+    cursor: Option<i64>,
+    /// Last offset in the lane's open batch, if the partition has records there.
+    open_last: Option<i64>,
+}
+
+/// A writer connection and the batch being filled for it.
+struct LaneState {
+    lane: Lane,
+    open: OpenBatch,
+    /// Partitions with records in `open`.
+    members: Vec<(usize, i32)>,
+    in_flight: usize,
+    failures: u32,
+    /// Set while the lane's partitions wait to be re-read and rewound.
+    retry_at: Option<Instant>,
+}
+
+/// Why the sink must stop; reported after everything complete is committed.
+#[derive(Debug, thiserror::Error)]
+pub enum Fatal {
+    #[error("record {tp}@{offset} cannot be written: {reason}. The stored position stays at this record; fix the producer or the table and restart")]
+    Mapping {
+        tp: TopicPartition,
+        offset: i64,
+        reason: String,
+    },
+    #[error("PostgreSQL rejected a batch ({batch}): {reason}. Nothing of it was written; fix the table or the data and restart")]
+    Rejected { batch: String, reason: String },
+    #[error("{tp} has no stored offset and kafka.auto_offset_reset = \"fail\": set its offset in kafka_offsets or choose earliest/latest")]
+    NoStoredOffset { tp: TopicPartition },
+    #[error("a writer task stopped unexpectedly")]
+    WriterGone,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The consumer thread's state.
+pub struct Pipeline {
+    routes: Vec<Route>,
+    route_index: HashMap<Arc<str>, usize>,
+    partitions: HashMap<(usize, i32), PartitionState>,
+    lanes: Vec<LaneState>,
+    results: std_mpsc::Receiver<WriteResult>,
+    store: Arc<OffsetStore>,
+    runtime: tokio::runtime::Handle,
+    limits: BatchSettings,
+    reset: ResetPolicy,
+    stats: Arc<Stats>,
+    fatal: Option<Fatal>,
+    next_batch_id: u64,
+    /// Records seen for partitions not (or no longer) owned, to log once in a while.
+    dropped: u64,
+    /// Partitions to pause at the next chance the consumer is at hand.
+    to_pause: Vec<TopicPartition>,
+}
+
+/// Everything the pipeline is built from.
+pub struct PipelineParts {
+    pub routes: Vec<Route>,
+    pub lanes: Vec<Lane>,
+    pub results: std_mpsc::Receiver<WriteResult>,
+    pub store: Arc<OffsetStore>,
+    pub runtime: tokio::runtime::Handle,
+    pub limits: BatchSettings,
+    pub reset: ResetPolicy,
+    pub stats: Arc<Stats>,
+}
+
+impl Pipeline {
+    pub fn new(parts: PipelineParts) -> Self {
+        let route_index = parts
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.topic.clone(), i))
+            .collect();
+        let lanes = parts
+            .lanes
+            .into_iter()
+            .map(|lane| LaneState {
+                lane,
+                open: OpenBatch::default(),
+                members: Vec::new(),
+                in_flight: 0,
+                failures: 0,
+                retry_at: None,
+            })
+            .collect();
+        Self {
+            routes: parts.routes,
+            route_index,
+            partitions: HashMap::new(),
+            lanes,
+            results: parts.results,
+            store: parts.store,
+            runtime: parts.runtime,
+            limits: parts.limits,
+            reset: parts.reset,
+            stats: parts.stats,
+            fatal: None,
+            next_batch_id: 0,
+            dropped: 0,
+            to_pause: Vec::new(),
+        }
+    }
+
+    pub fn topics(&self) -> Vec<&str> {
+        self.routes.iter().map(|r| &*r.topic).collect()
+    }
+
+    /// Whether a header list must be built for records of `topic`.
+    pub fn needs_headers(&self, topic: &str) -> bool {
+        self.route_index
+            .get(topic)
+            .is_some_and(|&i| self.routes[i].mapper.needs_headers())
+    }
+
+    pub fn take_fatal(&mut self) -> Option<Fatal> {
+        self.fatal.take()
+    }
+
+    pub fn has_fatal(&self) -> bool {
+        self.fatal.is_some()
+    }
+
+    fn set_fatal(&mut self, fatal: Fatal) {
+        if self.fatal.is_none() {
+            tracing::error!(error = %fatal, "stopping");
+            self.fatal = Some(fatal);
+        }
+    }
+
+    /// Picks the writer for a partition: fixed, so a partition's batches commit in order.
+    fn lane_of(&self, route: usize, partition: i32) -> usize {
+        (route.wrapping_mul(7919) + partition as usize) % self.lanes.len()
+    }
+
+    // ---- records -------------------------------------------------------------------------
+
+    /// Takes one record: encodes it into its lane's open batch, sealing the batch when full.
+    pub fn on_record(&mut self, record: &RecordView<'_>) {
+        let Some(&route) = self.route_index.get(record.topic) else {
+            self.note_dropped(record, "not a configured topic");
+            return;
+        };
+        let Some(p) = self.partitions.get_mut(&(route, record.partition)) else {
+            self.note_dropped(record, "partition not assigned here");
+            return;
+        };
+        if p.status != Status::Active {
+            // Rewinding or fenced: the record will be read again by whoever owns it.
+            return;
+        }
+        if let Some(cursor) = p.cursor {
+            if record.offset < cursor {
+                tracing::debug!(tp = %p.tp, offset = record.offset, cursor, "skipping a record already taken");
+                return;
+            }
+        }
+        Stats::add(&self.stats.records_consumed, 1);
+        let lane_idx = p.lane;
+        let lane = &mut self.lanes[lane_idx];
+        let mapper = &self.routes[route].mapper;
+        let rows = lane.open.table_rows(route, mapper.table());
+        if let Err(e) = mapper.encode(record, rows) {
+            let fatal = Fatal::Mapping {
+                tp: p.tp.clone(),
+                offset: record.offset,
+                reason: e.to_string(),
+            };
+            // Everything before this record is complete: commit it so the position is here.
+            p.status = Status::Fenced;
+            self.set_fatal(fatal);
+            return;
+        }
+        p.cursor = Some(record.offset + 1);
+        if p.open_last.is_none() {
+            lane.members.push((route, record.partition));
+        }
+        p.open_last = Some(record.offset);
+        lane.open
+            .record_added(record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len));
+        if lane.open.records >= self.limits.max_records
+            || lane.open.bytes as u64 >= self.limits.max_bytes.as_u64()
+        {
+            self.seal_and_send(lane_idx);
+        }
+    }
+
+    fn note_dropped(&mut self, record: &RecordView<'_>, why: &str) {
+        self.dropped += 1;
+        if self.dropped.is_power_of_two() {
+            tracing::debug!(
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                why,
+                "ignoring a record"
+            );
+        }
+    }
+
+    /// Closes a lane's open batch and hands it to its writer, waiting if the writer is full.
+    fn seal_and_send(&mut self, lane_idx: usize) {
+        if self.lanes[lane_idx].open.is_empty() {
+            return;
+        }
+        let members = std::mem::take(&mut self.lanes[lane_idx].members);
+        let mut advances = Vec::with_capacity(members.len());
+        for key in members {
+            let p = self
+                .partitions
+                .get_mut(&key)
+                .expect("members are owned partitions");
+            let last = p
+                .open_last
+                .take()
+                .expect("members have records in the open batch");
+            advances.push(OffsetAdvance {
+                tp: p.tp.clone(),
+                epoch: p.epoch,
+                expected: p.sealed_next,
+                next: last + 1,
+            });
+            p.sealed_next = Some(last + 1);
+        }
+        self.next_batch_id += 1;
+        let batch = self.lanes[lane_idx]
+            .open
+            .seal(self.next_batch_id, lane_idx, advances);
+        while self.lanes[lane_idx].in_flight >= self.limits.max_in_flight {
+            if !self.wait_for_result() {
+                return;
+            }
+        }
+        if self.lanes[lane_idx].retry_at.is_some() {
+            // A failure came back while waiting: this batch chains onto it and is dropped;
+            // the rewind re-reads it from Kafka.
+            return;
+        }
+        self.send(lane_idx, batch);
+    }
+
+    fn send(&mut self, lane_idx: usize, batch: Batch) {
+        tracing::trace!(
+            lane = lane_idx,
+            batch = batch.id,
+            records = batch.records,
+            "batch sealed"
+        );
+        if self.lanes[lane_idx].lane.send(batch).is_err() {
+            self.set_fatal(Fatal::WriterGone);
+            return;
+        }
+        self.lanes[lane_idx].in_flight += 1;
+    }
+
+    /// Seals every batch that has waited `max_wait`; returns when the next one is due.
+    pub fn flush_due(&mut self, now: Instant) -> Option<Instant> {
+        let mut next = None::<Instant>;
+        for i in 0..self.lanes.len() {
+            if let Some(opened) = self.lanes[i].open.opened_at {
+                let due = opened + self.limits.max_wait;
+                if due <= now {
+                    self.seal_and_send(i);
+                } else {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+            if let Some(retry) = self.lanes[i].retry_at {
+                next = Some(next.map_or(retry, |n| n.min(retry)));
+            }
+        }
+        next
+    }
+
+    /// Seals everything open and waits until every writer is idle (shutdown, fatal errors).
+    pub fn drain(&mut self) {
+        for i in 0..self.lanes.len() {
+            self.seal_and_send(i);
+        }
+        self.wait_until(|_| true);
+    }
+
+    // ---- writer results ------------------------------------------------------------------
+
+    /// Applies every result that has arrived, without blocking.
+    pub fn poll_results(&mut self) {
+        while let Ok(result) = self.results.try_recv() {
+            self.apply(result);
+        }
+    }
+
+    /// Blocks for one result; false if the writers are gone.
+    fn wait_for_result(&mut self) -> bool {
+        match self.results.recv() {
+            Ok(result) => {
+                self.apply(result);
+                true
+            }
+            Err(_) => {
+                self.set_fatal(Fatal::WriterGone);
+                false
+            }
+        }
+    }
+
+    /// Waits until the selected lanes have nothing in flight.
+    fn wait_until(&mut self, selected: impl Fn(usize) -> bool) {
+        while (0..self.lanes.len()).any(|i| selected(i) && self.lanes[i].in_flight > 0) {
+            if !self.wait_for_result() {
+                return;
+            }
+        }
+    }
+
+    fn apply(&mut self, result: WriteResult) {
+        let lane_idx = result.lane;
+        self.lanes[lane_idx].in_flight -= 1;
+        match result.outcome {
+            Outcome::Committed => {
+                self.stats
+                    .committed(result.records, result.rows, result.transaction_time);
+                self.lanes[lane_idx].failures = 0;
+                tracing::trace!(
+                    lane = lane_idx,
+                    batch = result.batch_id,
+                    ms = result.transaction_time.as_millis() as u64,
+                    "batch committed"
+                );
+            }
+            Outcome::Fenced { matched, expected } => {
+                Stats::add(&self.stats.fenced, 1);
+                tracing::warn!(lane = lane_idx, batch = result.batch_id, matched, expected, "batch fenced: a partition changed owner or position; re-reading stored offsets");
+                self.begin_rewind(lane_idx);
+            }
+            Outcome::Transient(reason) => {
+                Stats::add(&self.stats.batches_failed, 1);
+                tracing::warn!(lane = lane_idx, batch = result.batch_id, error = %reason, "batch transaction failed; nothing of it counts as written, rewinding to the stored offsets");
+                self.begin_rewind(lane_idx);
+            }
+            Outcome::Permanent(reason) => {
+                Stats::add(&self.stats.batches_failed, 1);
+                self.begin_rewind(lane_idx);
+                self.set_fatal(Fatal::Rejected {
+                    batch: format!("lane {lane_idx}, batch {}", result.batch_id),
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// After a failure nothing buffered or in flight for the lane counts: drop the open batch,
+    /// stop taking its partitions' records and schedule the re-read and rewind. A failure that
+    /// arrives while a rewind is already scheduled adds the partitions that became active since.
+    fn begin_rewind(&mut self, lane_idx: usize) {
+        let lane = &mut self.lanes[lane_idx];
+        lane.open.clear();
+        lane.members.clear();
+        if lane.retry_at.is_none() {
+            lane.failures += 1;
+            lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
+        }
+        let mut paused = 0;
+        for p in self.partitions.values_mut().filter(|p| p.lane == lane_idx) {
+            p.open_last = None;
+            if p.status == Status::Active {
+                p.status = Status::Rewinding;
+                p.cursor = None;
+                self.to_pause.push(p.tp.clone());
+                paused += 1;
+            }
+        }
+        tracing::info!(lane = lane_idx, partitions = paused, "rewind scheduled");
+    }
+
+    /// Pauses partitions that stopped taking records, so they stop fetching what will be
+    /// dropped anyway.
+    pub fn apply_pauses(&mut self, ctl: &dyn PartitionControl) {
+        if self.to_pause.is_empty() {
+            return;
+        }
+        // Only partitions still owned and still not taking records: a pause outlives a
+        // revoke in librdkafka and would silently stall the partition if it came back.
+        let tps: Vec<TopicPartition> = std::mem::take(&mut self.to_pause)
+            .into_iter()
+            .filter(|tp| {
+                self.route_index
+                    .get(&tp.topic)
+                    .and_then(|&r| self.partitions.get(&(r, tp.partition)))
+                    .is_some_and(|p| p.status != Status::Active)
+            })
+            .collect();
+        ctl.pause(&tps);
+    }
+
+    /// Re-reads stored offsets for lanes whose retry time has come and rewinds the consumer.
+    pub fn recover_due(&mut self, ctl: &dyn PartitionControl, now: Instant) {
+        self.apply_pauses(ctl);
+        for lane_idx in 0..self.lanes.len() {
+            let lane = &self.lanes[lane_idx];
+            if lane.in_flight > 0 || lane.retry_at.is_none_or(|t| t > now) {
+                continue;
+            }
+            self.recover(lane_idx, ctl);
+        }
+    }
+
+    fn recover(&mut self, lane_idx: usize, ctl: &dyn PartitionControl) {
+        let rewinding: Vec<TopicPartition> = self
+            .partitions
+            .values()
+            .filter(|p| p.lane == lane_idx && p.status == Status::Rewinding)
+            .map(|p| p.tp.clone())
+            .collect();
+        if rewinding.is_empty() {
+            self.lanes[lane_idx].retry_at = None;
+            return;
+        }
+        let stored = match self.runtime.block_on(self.store.read(&rewinding)) {
+            Ok(stored) => stored,
+            Err(e) => {
+                let lane = &mut self.lanes[lane_idx];
+                lane.failures += 1;
+                let delay = backoff(&self.limits, lane.failures);
+                lane.retry_at = Some(Instant::now() + delay);
+                tracing::warn!(lane = lane_idx, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot read stored offsets; will retry");
+                return;
+            }
+        };
+        let stored: HashMap<TopicPartition, StoredOffset> =
+            stored.into_iter().map(|s| (s.tp.clone(), s)).collect();
+        let mut targets = Vec::new();
+        let mut fenced = Vec::new();
+        for tp in &rewinding {
+            let Some(&route) = self.route_index.get(&tp.topic) else {
+                continue;
+            };
+            let p = self
+                .partitions
+                .get_mut(&(route, tp.partition))
+                .expect("rewinding partitions are owned");
+            match stored.get(tp) {
+                Some(s) if s.epoch == p.epoch => {
+                    p.sealed_next = s.next_offset;
+                    p.cursor = s.next_offset;
+                    match start_offset(s.next_offset, self.reset) {
+                        Some(offset) => targets.push((tp.clone(), offset)),
+                        None => {
+                            p.status = Status::Fenced;
+                            let tp = tp.clone();
+                            self.set_fatal(Fatal::NoStoredOffset { tp });
+                        }
+                    }
+                }
+                _ => {
+                    // Claimed by another consumer (or the row was removed): not ours anymore.
+                    p.status = Status::Fenced;
+                    fenced.push(tp.clone());
+                }
+            }
+        }
+        if !fenced.is_empty() {
+            tracing::warn!(partitions = ?fenced, "fenced: another consumer owns these partitions now; writing nothing more for them");
+        }
+        let tps: Vec<TopicPartition> = targets.iter().map(|(tp, _)| tp.clone()).collect();
+        // Resume first: resuming restarts fetching after the last delivered record, and the
+        // seek that follows moves it to the stored offset (older fetches are discarded).
+        ctl.resume(&tps);
+        let failed = ctl.seek(&targets);
+        for (tp, _) in &targets {
+            if let Some((_, why)) = failed.iter().find(|(f, _)| f == tp) {
+                tracing::warn!(%tp, error = %why, "seek failed; will retry");
+                continue;
+            }
+            let route = self.route_index[&tp.topic];
+            if let Some(p) = self.partitions.get_mut(&(route, tp.partition)) {
+                p.status = Status::Active;
+            }
+        }
+        let lane = &mut self.lanes[lane_idx];
+        if failed.is_empty() {
+            lane.retry_at = None;
+            tracing::info!(
+                lane = lane_idx,
+                partitions = targets.len(),
+                "rewound to stored offsets"
+            );
+        } else {
+            let failed_tps: Vec<TopicPartition> = failed.into_iter().map(|(tp, _)| tp).collect();
+            ctl.pause(&failed_tps);
+            lane.failures += 1;
+            lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
+        }
+    }
+
+    // ---- rebalances ----------------------------------------------------------------------
+
+    /// Claims newly assigned partitions and returns where each must start. Blocks (retrying
+    /// with backoff) while PostgreSQL is unreachable: a partition must not start anywhere but
+    /// at its stored offset.
+    pub fn assign(
+        &mut self,
+        tps: &[TopicPartition],
+        stop: &dyn Fn() -> bool,
+    ) -> Vec<(TopicPartition, Offset)> {
+        let tps: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| self.route_index.contains_key(&tp.topic))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            return Vec::new();
+        }
+        // An eager protocol may hand back a partition this consumer still holds: finish it first.
+        let held: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| {
+                self.partitions
+                    .contains_key(&(self.route_index[&tp.topic], tp.partition))
+            })
+            .cloned()
+            .collect();
+        if !held.is_empty() {
+            self.revoke(&held);
+        }
+        let mut attempt = 0;
+        let claims = loop {
+            match self.runtime.block_on(self.store.claim(&tps)) {
+                Ok(claims) => break claims,
+                Err(e) => {
+                    attempt += 1;
+                    if stop() {
+                        return Vec::new();
+                    }
+                    let delay = backoff(&self.limits, attempt);
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot claim assigned partitions in PostgreSQL; retrying");
+                    std::thread::sleep(delay);
+                }
+            }
+        };
+        let mut starts = Vec::with_capacity(claims.len());
+        for claim in claims {
+            let route = self.route_index[&claim.tp.topic];
+            let lane = self.lane_of(route, claim.tp.partition);
+            let (status, offset) = match start_offset(claim.next_offset, self.reset) {
+                Some(offset) => (Status::Active, offset),
+                None => {
+                    self.set_fatal(Fatal::NoStoredOffset {
+                        tp: claim.tp.clone(),
+                    });
+                    (Status::Fenced, Offset::End)
+                }
+            };
+            tracing::debug!(tp = %claim.tp, epoch = claim.epoch, next_offset = ?claim.next_offset, "claimed");
+            self.partitions.insert(
+                (route, claim.tp.partition),
+                PartitionState {
+                    tp: claim.tp.clone(),
+                    lane,
+                    epoch: claim.epoch,
+                    status,
+                    sealed_next: claim.next_offset,
+                    cursor: claim.next_offset,
+                    open_last: None,
+                },
+            );
+            starts.push((claim.tp, offset));
+        }
+        Stats::add(&self.stats.rebalances, 1);
+        starts
+    }
+
+    /// Gives partitions up: what is buffered for them is committed (or fails) before this
+    /// returns, and nothing is written for them afterwards.
+    pub fn revoke(&mut self, tps: &[TopicPartition]) {
+        let keys: Vec<(usize, i32)> = tps
+            .iter()
+            .filter_map(|tp| self.route_index.get(&tp.topic).map(|&r| (r, tp.partition)))
+            .filter(|k| self.partitions.contains_key(k))
+            .collect();
+        let mut lanes: Vec<usize> = keys.iter().map(|k| self.partitions[k].lane).collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        for &lane in &lanes {
+            self.seal_and_send(lane);
+        }
+        self.wait_until(|i| lanes.contains(&i));
+        for key in &keys {
+            self.partitions.remove(key);
+        }
+        Stats::add(&self.stats.rebalances, 1);
+    }
+
+    /// Every partition currently owned, for a full revoke.
+    pub fn owned(&self) -> Vec<TopicPartition> {
+        self.partitions.values().map(|p| p.tp.clone()).collect()
+    }
+}
+
+/// Where a partition starts: its stored offset, else what the reset policy says.
+fn start_offset(stored: Option<i64>, reset: ResetPolicy) -> Option<Offset> {
+    match (stored, reset) {
+        (Some(offset), _) => Some(Offset::Offset(offset)),
+        (None, ResetPolicy::Earliest) => Some(Offset::Beginning),
+        (None, ResetPolicy::Latest) => Some(Offset::End),
+        (None, ResetPolicy::Fail) => None,
+    }
+}
+
+/// Capped exponential backoff with full jitter, so restarted sinks do not retry in lockstep.
+fn backoff(limits: &BatchSettings, attempt: u32) -> Duration {
+    let base = limits.retry_backoff_min.as_millis() as u64;
+    let cap = limits.retry_backoff_max.as_millis() as u64;
+    let exp = base
+        .saturating_mul(1u64 << attempt.min(20))
+        .min(cap)
+        .max(base);
+    Duration::from_millis(rand::rng().random_range(base..=exp))
+}

@@ -1,0 +1,200 @@
+//! The rebalance callback: claim in PostgreSQL, then assign at the stored offsets in one call.
+//!
+//! librdkafka runs this on the thread that polls, inside `poll`, with a mutable partition list:
+//! the one place where start offsets can be set before the first fetch. Seeking after an
+//! assign races the fetcher (spurious resets, "Erroneous state"), so start positions are only
+//! ever given here.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::offsets::TopicPartition;
+use crate::pipeline::{PartitionControl, Pipeline};
+use crate::shutdown::Shutdown;
+
+/// The consumer's context: owns the pipeline so the callback and the poll loop share it.
+pub struct SinkContext {
+    pub pipeline: Mutex<Pipeline>,
+    shutdown: Shutdown,
+}
+
+impl SinkContext {
+    pub fn new(pipeline: Pipeline, shutdown: Shutdown) -> Self {
+        Self {
+            pipeline: Mutex::new(pipeline),
+            shutdown,
+        }
+    }
+
+    /// The pipeline; a panic elsewhere must not hide the state from the shutdown path.
+    pub fn pipeline(&self) -> std::sync::MutexGuard<'_, Pipeline> {
+        self.pipeline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::*;
+        match level {
+            Emerg | Alert | Critical | Error => {
+                tracing::error!(target: "librdkafka", fac, "{message}")
+            }
+            Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", fac, "{message}"),
+            Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", error = %error, "{reason}");
+    }
+}
+
+fn to_vec(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
+}
+
+fn to_tpl<'a>(
+    items: impl IntoIterator<Item = (&'a TopicPartition, Option<Offset>)>,
+) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for (tp, offset) in items {
+        match offset {
+            Some(offset) => {
+                let _ = tpl.add_partition_offset(&tp.topic, tp.partition, offset);
+            }
+            None => {
+                tpl.add_partition(&tp.topic, tp.partition);
+            }
+        }
+    }
+    tpl
+}
+
+impl ConsumerContext for SinkContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        // Cooperative-sticky and the KIP-848 `consumer` protocol both report cooperative and
+        // hand over deltas; plain assign fails there.
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let tps = to_vec(tpl);
+                let starts = self
+                    .pipeline()
+                    .assign(&tps, &|| self.shutdown.is_triggered());
+                tracing::info!(
+                    partitions = ?starts.iter().map(|(tp, o)| format!("{tp}@{}", show_offset(*o))).collect::<Vec<_>>(),
+                    "assigned"
+                );
+                let assignment = to_tpl(starts.iter().map(|(tp, o)| (tp, Some(*o))));
+                // Exactly one assign call, even when the list is empty.
+                let result = if cooperative {
+                    consumer.incremental_assign(&assignment)
+                } else {
+                    consumer.assign(&assignment)
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "assign failed");
+                }
+                // librdkafka keeps an application pause across revoke and re-assignment; a
+                // partition paused during an earlier rewind must not come back stalled.
+                if !starts.is_empty() {
+                    if let Err(e) = Consumer::resume(consumer, &assignment) {
+                        tracing::warn!(error = %e, "resume after assign failed");
+                    }
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let tps = to_vec(tpl);
+                let lost = consumer.assignment_lost();
+                self.pipeline().revoke(&tps);
+                tracing::info!(partitions = ?tps, lost, "revoked");
+                let result = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "unassign failed");
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance error: giving up every partition");
+                let owned = self.pipeline().owned();
+                self.pipeline().revoke(&owned);
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}
+
+fn show_offset(o: Offset) -> String {
+    match o {
+        Offset::Offset(n) => n.to_string(),
+        Offset::Beginning => "earliest".into(),
+        Offset::End => "latest".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl PartitionControl for BaseConsumer<SinkContext> {
+    fn pause(&self, tps: &[TopicPartition]) {
+        if tps.is_empty() {
+            return;
+        }
+        if let Err(e) = Consumer::pause(self, &to_tpl(tps.iter().map(|tp| (tp, None)))) {
+            tracing::warn!(error = %e, "pause failed");
+        }
+    }
+
+    fn resume(&self, tps: &[TopicPartition]) {
+        if tps.is_empty() {
+            return;
+        }
+        if let Err(e) = Consumer::resume(self, &to_tpl(tps.iter().map(|tp| (tp, None)))) {
+            tracing::warn!(error = %e, "resume failed");
+        }
+    }
+
+    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)> {
+        if targets.is_empty() {
+            return Vec::new();
+        }
+        let tpl = to_tpl(targets.iter().map(|(tp, o)| (tp, Some(*o))));
+        match self.seek_partitions(tpl, Duration::from_secs(10)) {
+            // `Ok` overall says nothing about each partition: check every one.
+            Ok(result) => result
+                .elements()
+                .iter()
+                .filter_map(|e| {
+                    e.error().err().map(|err| {
+                        (
+                            TopicPartition::new(e.topic(), e.partition()),
+                            err.to_string(),
+                        )
+                    })
+                })
+                .collect(),
+            Err(e) => targets
+                .iter()
+                .map(|(tp, _)| (tp.clone(), e.to_string()))
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Target tables as PostgreSQL describes them, read once at startup.
+//!
+//! The row mapping and the COPY statements are derived from this description, so a column the
+//! sink cannot encode is reported before the first record is read.
+
+use std::fmt;
+
+use sqlx::PgPool;
+
+/// The column types the sink encodes in binary COPY format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Text,
+    Int2,
+    Int4,
+    Int8,
+    Numeric,
+    Float4,
+    Float8,
+    Bool,
+    Timestamptz,
+    Timestamp,
+    Date,
+    Uuid,
+    Json,
+    Jsonb,
+    Bytea,
+}
+
+impl ColumnType {
+    /// Maps a base type OID (after resolving domains) to a supported type.
+    fn from_oid(oid: u32) -> Option<Self> {
+        Some(match oid {
+            25 | 1043 | 1042 | 19 => ColumnType::Text, // text, varchar, bpchar, name
+            21 => ColumnType::Int2,
+            23 => ColumnType::Int4,
+            20 => ColumnType::Int8,
+            1700 => ColumnType::Numeric,
+            700 => ColumnType::Float4,
+            701 => ColumnType::Float8,
+            16 => ColumnType::Bool,
+            1184 => ColumnType::Timestamptz,
+            1114 => ColumnType::Timestamp,
+            1082 => ColumnType::Date,
+            2950 => ColumnType::Uuid,
+            114 => ColumnType::Json,
+            3802 => ColumnType::Jsonb,
+            17 => ColumnType::Bytea,
+            _ => return None,
+        })
+    }
+}
+
+/// One column of a target table.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColumnType,
+    /// As PostgreSQL prints it (`numeric(12,2)`), for messages.
+    pub sql_type: String,
+    pub not_null: bool,
+    /// A column with a default may be left out of a row; the default then applies.
+    pub has_default: bool,
+}
+
+/// A target table and its writable columns, in table order.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// Columns the sink never writes (generated, identity ALWAYS), by name, for `check`.
+    pub skipped: Vec<String>,
+}
+
+impl Table {
+    /// `"schema"."table"`, quoted for SQL.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    pub fn column(&self, name: &str) -> Option<(usize, &Column)> {
+        self.columns
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name == name)
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+/// Quotes an identifier from configuration: names are never spliced into SQL unquoted.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Why a table cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("table {schema}.{table} does not exist (or the sink's role cannot see it)")]
+    Missing { schema: String, table: String },
+    #[error("column {column} of {table} has type {sql_type}, which the sink cannot write; supported: text/varchar/enum, int2/4/8, numeric, float4/8, bool, timestamptz, timestamp, date, uuid, json, jsonb, bytea")]
+    Unsupported {
+        table: String,
+        column: String,
+        sql_type: String,
+    },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+const COLUMNS_SQL: &str = "
+SELECT a.attname::text,
+       -- Domains are written as their base type; enum values travel as their label text.
+       CASE WHEN t.typtype = 'e' THEN 25
+            ELSE COALESCE(NULLIF(t.typbasetype, 0), t.oid)::oid::int8 END AS base_oid,
+       format_type(a.atttypid, a.atttypmod) AS sql_type,
+       a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS not_null,
+       a.atthasdef OR a.attidentity = 'd' AS has_default,
+       a.attidentity = 'a' OR a.attgenerated <> '' AS never_written
+  FROM pg_attribute a
+  JOIN pg_type t ON t.oid = a.atttypid
+ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum";
+
+/// Reads a table's columns; names are bound as values, never spliced.
+pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table, SchemaError> {
+    let oid: Option<i64> = sqlx::query_scalar(
+        "SELECT c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_optional(pool)
+    .await?;
+    let oid = oid.ok_or_else(|| SchemaError::Missing {
+        schema: schema.into(),
+        table: table.into(),
+    })?;
+    let rows: Vec<(String, i64, String, bool, bool, bool)> = sqlx::query_as(COLUMNS_SQL)
+        .bind(sqlx::postgres::types::Oid(oid as u32))
+        .fetch_all(pool)
+        .await?;
+    let mut columns = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, base_oid, sql_type, not_null, has_default, never_written) in rows {
+        if never_written {
+            skipped.push(name);
+            continue;
+        }
+        let ty = ColumnType::from_oid(base_oid as u32).ok_or_else(|| SchemaError::Unsupported {
+            table: format!("{schema}.{table}"),
+            column: name.clone(),
+            sql_type: sql_type.clone(),
+        })?;
+        columns.push(Column {
+            name,
+            ty,
+            sql_type,
+            not_null,
+            has_default,
+        });
+    }
+    Ok(Table {
+        schema: schema.into(),
+        name: table.into(),
+        columns,
+        skipped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_and_escaped() {
+        assert_eq!(quote_ident("orders"), "\"orders\"");
+        assert_eq!(
+            quote_ident("a\"; DROP TABLE x; --"),
+            "\"a\"\"; DROP TABLE x; --\""
+        );
+    }
+}

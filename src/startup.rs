@@ -1,0 +1,139 @@
+//! Wiring: from settings to a running sink, and the `migrate` entry point.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::consumer::BaseConsumer;
+use secrecy::ExposeSecret;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+use crate::config::Settings;
+use crate::mapping::TopicMapper;
+use crate::offsets::{OffsetStore, APPLICATION_NAME};
+use crate::pipeline::{Pipeline, PipelineParts, Route};
+use crate::rebalance::SinkContext;
+use crate::shutdown::Shutdown;
+use crate::stats::Stats;
+use crate::writer::{Lane, WriterConfig};
+use crate::{consumer, schema};
+
+/// A small pool for claims, rewinds and startup queries; batches use the writers' own
+/// connections.
+pub async fn connect_pool(settings: &Settings) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = settings
+        .postgres
+        .url
+        .expose_secret()
+        .parse::<PgConnectOptions>()
+        .context("postgres.url")?
+        .application_name(APPLICATION_NAME)
+        .log_statements(tracing::log::LevelFilter::Trace);
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(settings.postgres.connect_timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to PostgreSQL at {}: {e}",
+                crate::config::redact_url(settings.postgres.url.expose_secret())
+            )
+        })
+}
+
+/// Describes every target table and builds each topic's mapping; fails on the first problem.
+pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<Vec<Route>> {
+    let mut routes = Vec::new();
+    for topic in &settings.topics {
+        let table = schema::describe(pool, &topic.schema, &topic.table)
+            .await
+            .with_context(|| format!("topic {:?}", topic.name))?;
+        let mapper = TopicMapper::new(topic, Arc::new(table))?;
+        routes.push(Route {
+            topic: topic.name.as_str().into(),
+            mapper,
+        });
+    }
+    Ok(routes)
+}
+
+/// Identifies this process in `kafka_offsets.owner_id`, for operators reading the table.
+fn owner_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}/{}/{}", std::process::id(), &nonce[..8])
+}
+
+/// Runs the sink until shutdown; an error means it stopped for a reason an operator must see.
+pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
+    let pool = connect_pool(&settings).await?;
+    crate::migrate::ensure_applied(&pool).await?;
+    let routes = build_routes(&settings, &pool).await?;
+    let owner = owner_id();
+    tracing::info!(
+        group = %settings.kafka.group_id,
+        owner = %owner,
+        protocol = ?settings.kafka.group_protocol,
+        writers = settings.postgres.writers,
+        tables = ?routes.iter().map(|r| format!("{} -> {}", r.topic, r.mapper.table())).collect::<Vec<_>>(),
+        "starting"
+    );
+    let store = Arc::new(OffsetStore::new(
+        pool.clone(),
+        settings.kafka.group_id.clone(),
+        owner,
+        settings.postgres.lock_timeout,
+    ));
+    let runtime = tokio::runtime::Handle::current();
+    let writer_config = WriterConfig {
+        url: settings.postgres.url.clone(),
+        group: settings.kafka.group_id.clone(),
+        connect_timeout: settings.postgres.connect_timeout,
+        statement_timeout: settings.postgres.statement_timeout,
+        idle_in_transaction_timeout: settings.postgres.idle_in_transaction_timeout,
+    };
+    let (results_tx, results_rx) = std::sync::mpsc::channel();
+    let lanes = (0..settings.postgres.writers)
+        .map(|i| Lane::spawn(i, writer_config.clone(), results_tx.clone(), &runtime))
+        .collect();
+    drop(results_tx);
+    let stats = Arc::new(Stats::default());
+    stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone());
+    let pipeline = Pipeline::new(PipelineParts {
+        routes,
+        lanes,
+        results: results_rx,
+        store,
+        runtime,
+        limits: settings.batch.clone(),
+        reset: settings.kafka.auto_offset_reset,
+        stats,
+    });
+    let topics: Vec<String> = pipeline.topics().into_iter().map(String::from).collect();
+    let context = SinkContext::new(pipeline, shutdown.clone());
+    let consumer: BaseConsumer<SinkContext> = consumer::client_config(&settings.kafka)
+        .create_with_context(context)
+        .context("creating the Kafka consumer")?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let thread_shutdown = shutdown.clone();
+    std::thread::Builder::new()
+        .name("kafka-consumer".into())
+        .spawn(move || {
+            let result = consumer::run(consumer, topics, thread_shutdown);
+            let _ = done_tx.send(result);
+        })
+        .context("starting the consumer thread")?;
+    let result = done_rx.await.context("the consumer thread panicked")?;
+    // Stop the progress line and anything else still waiting.
+    shutdown.trigger();
+    pool.close().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    result.map_err(anyhow::Error::from)
+}

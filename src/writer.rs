@@ -1,0 +1,200 @@
+//! Writers: each owns one PostgreSQL connection and commits the batches of its partitions,
+//! one transaction per batch: fenced offset advance first, then the rows, then COMMIT.
+//!
+//! A writer never retries on its own. It reports each outcome to the consumer thread, which
+//! decides: only the database, re-read after a failure, says what was written.
+
+use std::str::FromStr;
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::mpsc;
+
+use crate::batch::Batch;
+use crate::offsets::{self, APPLICATION_NAME};
+
+/// How a batch transaction ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Committed,
+    /// The compare-and-set matched fewer partitions than the batch holds: another consumer
+    /// owns one of them now, or the stored offset moved. Rolled back.
+    Fenced {
+        matched: u64,
+        expected: usize,
+    },
+    /// A failure worth retrying (connection, server restart, serialization, timeouts).
+    /// The commit may or may not have happened; only a re-read can tell.
+    Transient(String),
+    /// The data or the schema is wrong; retrying the same batch cannot succeed.
+    Permanent(String),
+}
+
+/// A writer's report on one batch.
+#[derive(Debug)]
+pub struct WriteResult {
+    pub lane: usize,
+    pub batch_id: u64,
+    pub records: usize,
+    pub rows: usize,
+    pub outcome: Outcome,
+    /// BEGIN to COMMIT.
+    pub transaction_time: Duration,
+    /// Record first buffered to COMMIT.
+    pub batch_age: Duration,
+}
+
+/// Connection settings shared by every writer.
+#[derive(Clone)]
+pub struct WriterConfig {
+    pub url: SecretString,
+    pub group: String,
+    pub connect_timeout: Duration,
+    pub statement_timeout: Duration,
+    pub idle_in_transaction_timeout: Duration,
+}
+
+impl WriterConfig {
+    /// Session settings bound the harm a stuck writer can do: no statement runs forever, and a
+    /// transaction whose client went away releases its offset rows.
+    pub fn connect_options(&self) -> Result<PgConnectOptions, sqlx::Error> {
+        let ms = |d: Duration| d.as_millis().max(1).to_string();
+        Ok(PgConnectOptions::from_str(self.url.expose_secret())?
+            .application_name(APPLICATION_NAME)
+            .options([
+                ("statement_timeout", ms(self.statement_timeout)),
+                (
+                    "idle_in_transaction_session_timeout",
+                    ms(self.idle_in_transaction_timeout),
+                ),
+            ])
+            .log_statements(tracing::log::LevelFilter::Trace)
+            .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(10)))
+    }
+}
+
+/// The consumer thread's handle on one writer.
+pub struct Lane {
+    sender: mpsc::UnboundedSender<Batch>,
+}
+
+impl Lane {
+    /// Starts a writer task; its results arrive on `results`.
+    pub fn spawn(
+        id: usize,
+        config: WriterConfig,
+        results: std_mpsc::Sender<WriteResult>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        runtime.spawn(run(id, config, receiver, results));
+        Self { sender }
+    }
+
+    /// Hands a sealed batch to the writer. Fails only if the writer task is gone.
+    pub fn send(&self, batch: Batch) -> Result<(), Batch> {
+        self.sender.send(batch).map_err(|e| e.0)
+    }
+}
+
+async fn run(
+    id: usize,
+    config: WriterConfig,
+    mut batches: mpsc::UnboundedReceiver<Batch>,
+    results: std_mpsc::Sender<WriteResult>,
+) {
+    let mut conn: Option<PgConnection> = None;
+    while let Some(batch) = batches.recv().await {
+        let started = Instant::now();
+        let outcome = match write(&mut conn, &config, &batch).await {
+            Ok(()) => Outcome::Committed,
+            Err(outcome) => {
+                // The connection's state is unknown after a failure: start afresh.
+                if let Some(c) = conn.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), c.close()).await;
+                }
+                outcome
+            }
+        };
+        let result = WriteResult {
+            lane: id,
+            batch_id: batch.id,
+            records: batch.records,
+            rows: batch.rows,
+            outcome,
+            transaction_time: started.elapsed(),
+            batch_age: batch.opened_at.elapsed(),
+        };
+        if results.send(result).is_err() {
+            break;
+        }
+    }
+    if let Some(c) = conn {
+        let _ = c.close().await;
+    }
+}
+
+/// One batch, one transaction.
+async fn write(
+    conn: &mut Option<PgConnection>,
+    config: &WriterConfig,
+    batch: &Batch,
+) -> Result<(), Outcome> {
+    if conn.is_none() {
+        let options = config
+            .connect_options()
+            .map_err(|e| Outcome::Permanent(e.to_string()))?;
+        let connected = tokio::time::timeout(config.connect_timeout, options.connect())
+            .await
+            .map_err(|_| Outcome::Transient("timed out connecting to PostgreSQL".into()))?
+            .map_err(classify)?;
+        *conn = Some(connected);
+    }
+    let conn = conn.as_mut().expect("connected above");
+    let mut tx = conn.begin().await.map_err(classify)?;
+    let matched = offsets::advance(&mut tx, &config.group, &batch.offsets)
+        .await
+        .map_err(classify)?;
+    if matched != batch.offsets.len() as u64 {
+        let _ = tx.rollback().await;
+        return Err(Outcome::Fenced {
+            matched,
+            expected: batch.offsets.len(),
+        });
+    }
+    for chunk in &batch.copies {
+        let mut copy = tx.copy_in_raw(&chunk.statement).await.map_err(classify)?;
+        if let Err(e) = copy.send(chunk.data.clone()).await {
+            let _ = copy.abort("send failed").await;
+            return Err(classify(e));
+        }
+        copy.finish().await.map_err(classify)?;
+    }
+    tx.commit().await.map_err(classify)
+}
+
+/// Sorts an error into retry-worthy or not, by SQLSTATE class where there is one.
+fn classify(e: sqlx::Error) -> Outcome {
+    match &e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let message = match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => match pg.detail() {
+                    Some(detail) => format!("{} (SQLSTATE {code}; {detail})", pg.message()),
+                    None => format!("{} (SQLSTATE {code})", pg.message()),
+                },
+                None => format!("{} (SQLSTATE {code})", db.message()),
+            };
+            match &code[..code.len().min(2)] {
+                // data exception, integrity violation, syntax/access (missing table, column,
+                // privilege): the same batch fails the same way every time.
+                "22" | "23" | "42" => Outcome::Permanent(message),
+                _ => Outcome::Transient(message),
+            }
+        }
+        _ => Outcome::Transient(e.to_string()),
+    }
+}

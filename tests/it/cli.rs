@@ -1,0 +1,162 @@
+//! `migrate` and `check` as an operator runs them.
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::TestTopic;
+use crate::helpers::services::services;
+use crate::helpers::sink::{run_cli, SinkConfig};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide() {
+    let db = TestDb::empty().await;
+    // Four at once: the advisory lock must serialise them.
+    let runs = futures_join(4, &db.url).await;
+    for out in &runs {
+        assert!(
+            out.status.success(),
+            "concurrent migrate failed: {}",
+            out.stderr
+        );
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM refinery_schema_history")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count() as i64;
+    assert_eq!(applied, files, "each migration recorded exactly once");
+
+    let again = run_cli(&["migrate", "--database-url", &db.url]).await;
+    assert!(again.status.success(), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already up to date"),
+        "second run should be a no-op: {}",
+        again.stderr
+    );
+    let applied_after: i64 = sqlx::query_scalar("SELECT count(*) FROM refinery_schema_history")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied_after, applied);
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('kafka_offsets')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(table.as_deref(), Some("kafka_offsets"));
+}
+
+async fn futures_join(n: usize, url: &str) -> Vec<crate::helpers::sink::CliOutput> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let url = url.to_string();
+            tokio::spawn(async move { run_cli(&["migrate", "--database-url", &url]).await })
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for h in handles {
+        outs.push(h.await.unwrap());
+    }
+    outs
+}
+
+fn write_config(dir: &tempfile::TempDir, toml: &str) -> String {
+    let path = dir.path().join("sink.toml");
+    std::fs::write(&path, toml).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reports_what_it_found_and_hides_the_password() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let path = write_config(&dir, &config.toml());
+    let out = run_cli(&["check", "--config", &path]).await;
+    assert!(
+        out.status.success(),
+        "check failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(out.stdout.contains("3 partitions"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("kafka_offset") && out.stdout.contains("metadata offset"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("field \"amount\""), "{}", out.stdout);
+    let password = url::Url::parse(&services().admin_url)
+        .unwrap()
+        .password()
+        .map(str::to_string);
+    if let Some(password) = password {
+        assert!(
+            !out.stdout.contains(&format!(":{password}@")),
+            "password leaked: {}",
+            out.stdout
+        );
+        assert!(
+            !out.stderr.contains(&format!(":{password}@")),
+            "password leaked: {}",
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_names_each_problem_in_a_bad_config() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // A table that does not exist and a metadata column of the wrong type.
+    let mut config = SinkConfig::new(&db.url, "no-such-topic-for-check", "missing_table");
+    config.extra = String::new();
+    let out = run_cli(&["check", "--config", &write_config(&dir, &config.toml())]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.contains("missing_table does not exist"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("no-such-topic-for-check"),
+        "{}",
+        out.stdout
+    );
+
+    let topic = TestTopic::create(1).await;
+    let mut wrong_type = SinkConfig::new(&db.url, &topic.name, "orders");
+    wrong_type.extra = String::new();
+    let toml = wrong_type
+        .toml()
+        .replace("offset = \"kafka_offset\"", "offset = \"status\"");
+    let out = run_cli(&["check", "--config", &write_config(&dir, &toml)]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout
+            .contains("metadata.offset cannot go into column \"status\""),
+        "{}",
+        out.stdout
+    );
+
+    // A typo in a setting is named, not ignored.
+    let toml = config.toml().replace("max_records", "max_recordz");
+    let out = run_cli(&["check", "--config", &write_config(&dir, &toml)]).await;
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
+
+    // An unmigrated database is reported with the command that fixes it.
+    let bare = TestDb::empty().await;
+    bare.create_orders_table("orders").await;
+    let config = SinkConfig::new(&bare.url, &topic.name, "orders");
+    let out = run_cli(&["check", "--config", &write_config(&dir, &config.toml())]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.contains("kafka-pg-sink migrate"),
+        "{}",
+        out.stdout
+    );
+}

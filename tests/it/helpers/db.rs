@@ -1,0 +1,154 @@
+//! A fresh, uniquely named database per test, migrated with the real binary.
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor, PgPool};
+
+use super::services::services;
+use super::sink::run_cli;
+
+/// One test's database; dropped at the end unless the test failed (kept for a post-mortem).
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    /// Creates an empty database (no migrations).
+    pub async fn empty() -> Self {
+        let admin_url = &services().admin_url;
+        let name = format!(
+            "kps_test_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL: {e}"));
+        admin
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let mut url = url::Url::parse(admin_url).expect("DATABASE_URL is a URL");
+        url.set_path(&name);
+        let url = url.to_string();
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .expect("connect to test database");
+        Self { name, url, pool }
+    }
+
+    /// A database with the sink's migrations applied by `kafka-pg-sink migrate`.
+    pub async fn migrated() -> Self {
+        let db = Self::empty().await;
+        let out = run_cli(&["migrate", "--database-url", &db.url]).await;
+        assert!(out.status.success(), "migrate failed: {}", out.stderr);
+        db
+    }
+
+    /// Creates the table the exactly-once tests write to. It has no unique key on purpose:
+    /// a duplicated record shows up as a duplicated row instead of a constraint error.
+    pub async fn create_orders_table(&self, name: &str) {
+        self.pool
+            .execute(
+                format!(
+                    "CREATE TABLE \"{name}\" (
+                        id bigint NOT NULL,
+                        customer text NOT NULL,
+                        amount numeric(12,2) NOT NULL,
+                        status text,
+                        created_at timestamptz NOT NULL,
+                        attrs jsonb,
+                        kafka_partition int NOT NULL,
+                        kafka_offset bigint NOT NULL,
+                        inserted_at timestamptz NOT NULL DEFAULT now()
+                    )"
+                )
+                .as_str(),
+            )
+            .await
+            .expect("create orders table");
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM \"{table}\""))
+            .fetch_one(&self.pool)
+            .await
+            .expect("count rows")
+    }
+
+    /// Stored next offsets for a group and topic, by partition.
+    pub async fn stored_offsets(&self, group: &str, topic: &str) -> Vec<(i32, Option<i64>)> {
+        sqlx::query_as(
+            "SELECT partition, next_offset FROM kafka_offsets
+              WHERE consumer_group = $1 AND topic = $2 ORDER BY partition",
+        )
+        .bind(group)
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await
+        .expect("read kafka_offsets")
+    }
+
+    /// Ids that appear more than once, and how many distinct ids there are.
+    pub async fn duplicates_and_distinct(&self, table: &str) -> (Vec<(i64, i64)>, i64) {
+        let dups: Vec<(i64, i64)> = sqlx::query_as(&format!(
+            "SELECT id, count(*) FROM \"{table}\" GROUP BY id HAVING count(*) > 1 ORDER BY id LIMIT 20"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .expect("duplicates");
+        let distinct: i64 =
+            sqlx::query_scalar(&format!("SELECT count(DISTINCT id) FROM \"{table}\""))
+                .fetch_one(&self.pool)
+                .await
+                .expect("distinct");
+        (dups, distinct)
+    }
+
+    /// The first few ids in `0..n` that have no row.
+    pub async fn missing_ids(&self, table: &str, n: i64) -> Vec<i64> {
+        sqlx::query_scalar(&format!(
+            "SELECT g FROM generate_series(0, $1 - 1) g
+              WHERE NOT EXISTS (SELECT 1 FROM \"{table}\" o WHERE o.id = g) ORDER BY g LIMIT 20"
+        ))
+        .bind(n)
+        .fetch_all(&self.pool)
+        .await
+        .expect("missing ids")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("keeping database {} for inspection", self.name);
+            return;
+        }
+        let name = self.name.clone();
+        let admin_url = services().admin_url.clone();
+        // Drop runs outside any runtime guarantee: use a small one of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let admin = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin_url)
+                    .await
+                    .ok()?;
+                admin
+                    .execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}

@@ -1,0 +1,136 @@
+//! Topics, a producer of known records, and end offsets, against the real broker.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+use super::services::services;
+
+/// A topic made for one test, deleted when dropped.
+pub struct TestTopic {
+    pub name: String,
+    pub partitions: i32,
+}
+
+impl TestTopic {
+    pub async fn create(partitions: i32) -> Self {
+        let name = format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let admin: AdminClient<DefaultClientContext> =
+            client_config().create().expect("admin client");
+        let topic = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
+        let results = admin
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create topic {name} on {}: {e}", services().kafka));
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+        Self { name, partitions }
+    }
+
+    /// The end offset of every partition, read from the broker.
+    pub fn end_offsets(&self) -> Vec<(i32, i64)> {
+        let consumer: BaseConsumer = client_config().create().expect("consumer");
+        (0..self.partitions)
+            .map(|p| {
+                let (_, high) = consumer
+                    .fetch_watermarks(&self.name, p, Duration::from_secs(10))
+                    .expect("watermarks");
+                (p, high)
+            })
+            .collect()
+    }
+}
+
+impl Drop for TestTopic {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let admin: AdminClient<DefaultClientContext> = client_config().create().ok()?;
+                admin
+                    .delete_topics(&[&name], &AdminOptions::new())
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
+pub fn client_config() -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &services().kafka);
+    config
+}
+
+/// A producer that neither loses nor duplicates: idempotent, acks from all replicas.
+pub fn producer() -> FutureProducer {
+    client_config()
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .expect("producer")
+}
+
+/// The value of order `id`: every column type the test table has, alternating timestamp forms.
+pub fn order_json(id: i64) -> String {
+    let status = ["new", "paid", "shipped"][(id % 3) as usize];
+    let created = 1_700_000_000_000i64 + id * 1000;
+    let created = if id % 2 == 0 {
+        let t = chrono::DateTime::from_timestamp_millis(created).unwrap();
+        format!("\"{}\"", t.to_rfc3339())
+    } else {
+        created.to_string()
+    };
+    format!(
+        r#"{{"id":{id},"customer":"c-{}","amount":"{}.{:02}","status":"{status}","created_at":{created},"attrs":{{"n":{id},"tags":["a","b"]}},"ignored":true}}"#,
+        id % 97,
+        id % 1000,
+        id % 100
+    )
+}
+
+/// Produces orders `from..to`, order `id` to partition `id % partitions`, and waits for
+/// every acknowledgement.
+pub async fn produce_orders(producer: &FutureProducer, topic: &TestTopic, from: i64, to: i64) {
+    let mut pending = Vec::with_capacity(1000);
+    for id in from..to {
+        let key = id.to_string();
+        let value = order_json(id);
+        let partition = (id % topic.partitions as i64) as i32;
+        let record = FutureRecord::to(&topic.name)
+            .key(&key)
+            .payload(&value)
+            .partition(partition);
+        pending.push(producer.send_result(record).expect("queue record"));
+        if pending.len() == 1000 {
+            for delivery in pending.drain(..) {
+                delivery
+                    .await
+                    .expect("delivery")
+                    .expect("record acknowledged");
+            }
+        }
+    }
+    for delivery in pending {
+        delivery
+            .await
+            .expect("delivery")
+            .expect("record acknowledged");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}

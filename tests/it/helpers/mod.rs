@@ -1,0 +1,141 @@
+//! Shared test machinery: real services, a database and topics per test, the real binary.
+
+pub mod db;
+pub mod kafka;
+pub mod services;
+pub mod sink;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use db::TestDb;
+use kafka::TestTopic;
+use sqlx::Executor;
+
+/// Polls `condition` until it holds; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the stored offset of every partition equals the topic's end offset.
+pub async fn wait_drained(db: &TestDb, group: &str, topic: &TestTopic, timeout: Duration) {
+    let end: Vec<(i32, Option<i64>)> = topic
+        .end_offsets()
+        .into_iter()
+        .map(|(p, o)| (p, Some(o)))
+        .collect();
+    wait_until(
+        "kafka_offsets to reach the end offsets",
+        timeout,
+        || async { db.stored_offsets(group, &topic.name).await == end },
+    )
+    .await;
+}
+
+/// Every id in `0..n` exactly once: no duplicate, no gap.
+pub async fn assert_exactly_once(db: &TestDb, table: &str, n: i64) {
+    let (dups, distinct) = db.duplicates_and_distinct(table).await;
+    assert!(dups.is_empty(), "duplicated ids (id, copies): {dups:?}");
+    let missing = db.missing_ids(table, n).await;
+    assert!(missing.is_empty(), "missing ids: {missing:?}");
+    assert_eq!(distinct, n, "distinct ids");
+    assert_eq!(db.count(table).await, n, "rows");
+}
+
+/// At rest, each partition's row count equals its stored next offset (offsets start at 0 and
+/// a non-transactional producer leaves no gaps): rows and position moved together.
+pub async fn assert_rows_match_offsets(db: &TestDb, table: &str, group: &str, topic: &str) {
+    let mismatched: Vec<(i32, i64, Option<i64>)> = sqlx::query_as(&format!(
+        "SELECT o.partition, COALESCE(r.n, 0), o.next_offset
+           FROM kafka_offsets o
+           LEFT JOIN (SELECT kafka_partition, count(*) AS n FROM \"{table}\" GROUP BY 1) r
+                  ON r.kafka_partition = o.partition
+          WHERE o.consumer_group = $1 AND o.topic = $2
+            AND COALESCE(r.n, 0) <> COALESCE(o.next_offset, 0)"
+    ))
+    .bind(group)
+    .bind(topic)
+    .fetch_all(&db.pool)
+    .await
+    .expect("compare rows with offsets");
+    assert!(
+        mismatched.is_empty(),
+        "(partition, rows, next_offset) out of step: {mismatched:?}"
+    );
+}
+
+/// Records every change to `kafka_offsets`, so a test can check the history, not only the end.
+pub async fn install_offset_audit(db: &TestDb) {
+    db.pool
+        .execute(
+            "CREATE TABLE offset_audit (
+                 seq bigserial PRIMARY KEY, topic text, partition int,
+                 old_next bigint, new_next bigint, old_epoch bigint, new_epoch bigint, owner text);
+             CREATE FUNCTION audit_offsets() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO offset_audit (topic, partition, old_next, new_next, old_epoch, new_epoch, owner)
+                 VALUES (NEW.topic, NEW.partition, OLD.next_offset, NEW.next_offset,
+                         OLD.owner_epoch, NEW.owner_epoch, NEW.owner_id);
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER audit AFTER UPDATE ON kafka_offsets
+                 FOR EACH ROW EXECUTE FUNCTION audit_offsets();",
+        )
+        .await
+        .expect("install offset audit");
+}
+
+/// Checks the committed history: every advance continues exactly where the previous one
+/// ended, and only the partition's current owner epoch ever advanced it.
+pub async fn assert_offset_history_is_a_chain(db: &TestDb) {
+    /// (topic, partition, old_next, new_next, old_epoch, new_epoch)
+    type Change = (String, i32, Option<i64>, Option<i64>, i64, i64);
+    let rows: Vec<Change> = sqlx::query_as(
+        "SELECT topic, partition, old_next, new_next, old_epoch, new_epoch FROM offset_audit ORDER BY seq",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("read audit");
+    let mut last: std::collections::HashMap<(String, i32), (Option<i64>, i64)> = Default::default();
+    let mut advances = 0;
+    for (topic, partition, old_next, new_next, old_epoch, new_epoch) in rows {
+        let key = (topic, partition);
+        if let Some(&(next, epoch)) = last.get(&key) {
+            assert_eq!(
+                old_next, next,
+                "{key:?}: a change started from {old_next:?}, not from {next:?}"
+            );
+            assert_eq!(old_epoch, epoch, "{key:?}: epoch history broken");
+        }
+        if new_next != old_next {
+            advances += 1;
+            assert_eq!(
+                old_epoch, new_epoch,
+                "{key:?}: an advance also changed the epoch"
+            );
+            assert!(
+                new_next > old_next,
+                "{key:?}: offset went from {old_next:?} back to {new_next:?}"
+            );
+        } else {
+            assert_eq!(
+                new_epoch,
+                old_epoch + 1,
+                "{key:?}: a claim must bump the epoch by one"
+            );
+        }
+        last.insert(key, (new_next, new_epoch));
+    }
+    assert!(advances > 0, "the audit saw no commits at all");
+}

@@ -1,0 +1,258 @@
+//! The real `kafka-pg-sink` binary as a child process: started with a generated config,
+//! stopped with real signals.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::services::services;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_kafka-pg-sink");
+
+/// Output of a finished CLI command.
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary to completion (for `migrate`, `check`, …).
+pub async fn run_cli(args: &[&str]) -> CliOutput {
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .output()
+        .await
+        .expect("run kafka-pg-sink");
+    CliOutput {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// What a sink process is started with.
+#[derive(Clone)]
+pub struct SinkConfig {
+    pub database_url: String,
+    pub group: String,
+    pub protocol: &'static str,
+    pub topic: String,
+    pub table: String,
+    pub max_records: usize,
+    pub max_wait_ms: u64,
+    pub writers: usize,
+    pub session_timeout_ms: u64,
+    /// Extra TOML appended verbatim.
+    pub extra: String,
+}
+
+impl SinkConfig {
+    pub fn new(database_url: &str, topic: &str, table: &str) -> Self {
+        Self {
+            database_url: database_url.into(),
+            group: format!("g-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            protocol: "classic",
+            topic: topic.into(),
+            table: table.into(),
+            max_records: 1000,
+            max_wait_ms: 100,
+            writers: 2,
+            session_timeout_ms: 6000,
+            extra: String::new(),
+        }
+    }
+
+    pub fn toml(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r#"
+[kafka]
+bootstrap_servers = "{kafka}"
+group_id = "{group}"
+group_protocol = "{protocol}"
+session_timeout = "{session}ms"
+[kafka.properties]
+"heartbeat.interval.ms" = "500"
+"topic.metadata.refresh.interval.ms" = "1000"
+{debug}
+[postgres]
+url = "{db}"
+writers = {writers}
+lock_timeout = "2s"
+idle_in_transaction_timeout = "10s"
+
+[batch]
+max_records = {max_records}
+max_wait = "{max_wait}ms"
+retry_backoff_min = "50ms"
+retry_backoff_max = "1s"
+
+[log]
+progress_interval = "2s"
+
+[[topics]]
+name = "{topic}"
+table = "{table}"
+[topics.metadata]
+partition = "kafka_partition"
+offset = "kafka_offset"
+{extra}
+"#,
+            kafka = services().kafka,
+            group = self.group,
+            protocol = self.protocol,
+            session = self.session_timeout_ms,
+            db = self.database_url,
+            writers = self.writers,
+            max_records = self.max_records,
+            max_wait = self.max_wait_ms,
+            topic = self.topic,
+            table = self.table,
+            extra = self.extra,
+            // KPS_TEST_RDKAFKA_DEBUG=cgrp,fetch turns on librdkafka's own tracing when debugging.
+            debug = std::env::var("KPS_TEST_RDKAFKA_DEBUG")
+                .map(|d| format!("\"debug\" = \"{d}\"\n"))
+                .unwrap_or_default(),
+        );
+        if self.protocol == "consumer" {
+            // The KIP-848 protocol takes session and heartbeat timing from the broker.
+            s = s
+                .replace("\"heartbeat.interval.ms\" = \"500\"\n", "")
+                .replace(
+                    &format!("session_timeout = \"{}ms\"\n", self.session_timeout_ms),
+                    "",
+                );
+        }
+        s
+    }
+}
+
+/// A running sink process; killed when dropped.
+pub struct Sink {
+    child: Child,
+    pub name: String,
+    pub log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Sink {
+    pub fn start(config: &SinkConfig, name: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config_path = dir.path().join("sink.toml");
+        std::fs::write(&config_path, config.toml()).expect("write config");
+        let log_path = dir.path().join("sink.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env_remove("DATABASE_URL")
+            .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+            .env(
+                "RUST_LOG",
+                if std::env::var_os("KPS_TEST_RDKAFKA_DEBUG").is_some() {
+                    "info,kafka_pg_sink=debug,librdkafka=debug"
+                } else {
+                    "info,kafka_pg_sink=debug,librdkafka=warn"
+                },
+            )
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn kafka-pg-sink");
+        Self {
+            child,
+            name: name.into(),
+            log_path,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        let _ = kill(self.pid(), signal);
+    }
+
+    /// SIGKILL: no chance to clean up, like a machine dying.
+    pub fn kill9(&mut self) {
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// Waits for exit; None if it is still running after `timeout`.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM and wait: the clean stop an orchestrator does.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(Signal::SIGTERM);
+        self.wait_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} did not stop after SIGTERM\n{}",
+                    self.name,
+                    self.logs_tail(40)
+                )
+            })
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The last lines of the log, without the periodic progress lines that would hide events.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let logs = self.logs();
+        let events: Vec<&str> = logs.lines().filter(|l| !l.contains(" progress ")).collect();
+        format!(
+            "--- {} (last {lines} event lines of {}) ---\n{}",
+            self.name,
+            self.log_path.display(),
+            events[events.len().saturating_sub(lines)..].join("\n")
+        )
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs_tail(60));
+            // Keep the whole log for a post-mortem.
+            let kept = std::env::temp_dir().join(format!(
+                "kps-{}-{}.log",
+                self.name.replace(' ', "_"),
+                self.child.id()
+            ));
+            if std::fs::copy(&self.log_path, &kept).is_ok() {
+                eprintln!("full log kept at {}", kept.display());
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

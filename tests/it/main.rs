@@ -1,0 +1,9 @@
+//! Integration tests: the real binary against a real Kafka broker and a real PostgreSQL.
+//! Each test makes its own database and topics, so they run in parallel.
+
+mod cli;
+mod crash;
+mod delivery;
+mod helpers;
+mod rebalance;
+mod zombie;
