@@ -3,7 +3,7 @@
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
 use crate::helpers::services::services;
-use crate::helpers::sink::{run_cli, SinkConfig};
+use crate::helpers::sink::{run_cli, run_cli_env, SinkConfig};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide() {
@@ -159,4 +159,65 @@ async fn check_names_each_problem_in_a_bad_config() {
         "{}",
         out.stdout
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settings_are_overridden_by_environment_then_flags() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let path = write_config(&dir, &config.toml());
+
+    let env = [("KAFKA_PG_SINK_KAFKA__GROUP_ID", "from-env")];
+    let out = run_cli_env(&["check", "--config", &path], &env).await;
+    assert!(out.stdout.contains("group \"from-env\""), "{}", out.stdout);
+    let out = run_cli_env(
+        &[
+            "check",
+            "--config",
+            &path,
+            "--set",
+            "kafka.group_id=from-flag",
+        ],
+        &env,
+    )
+    .await;
+    assert!(out.stdout.contains("group \"from-flag\""), "{}", out.stdout);
+    let out = run_cli_env(
+        &["check", "--config", &path, "--group-id", "from-group-flag"],
+        &env,
+    )
+    .await;
+    assert!(
+        out.stdout.contains("group \"from-group-flag\""),
+        "{}",
+        out.stdout
+    );
+
+    // DATABASE_URL is honoured, and the prefixed variable beats it.
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[("DATABASE_URL", "postgres://nobody:wrong@127.0.0.1:1/none")],
+    )
+    .await;
+    assert!(
+        !out.status.success(),
+        "DATABASE_URL should override the file"
+    );
+    assert!(
+        out.stdout.contains("cannot connect to PostgreSQL") && !out.stdout.contains("wrong@"),
+        "{}",
+        out.stdout
+    );
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[
+            ("DATABASE_URL", "postgres://nobody:wrong@127.0.0.1:1/none"),
+            ("KAFKA_PG_SINK_POSTGRES__URL", &db.url),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
 }

@@ -89,7 +89,11 @@ async fn a_stop_part_way_and_a_restart_leave_no_duplicate_and_no_gap() {
         || async { db.count("orders").await >= 2_000 },
     )
     .await;
-    let status = sink.stop();
+    // Ctrl-C, as an operator at a terminal would.
+    sink.signal(nix::sys::signal::Signal::SIGINT);
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .expect("SIGINT stops the sink");
     assert!(status.success(), "{status:?}\n{}", sink.logs_tail(30));
     let at_stop = db.count("orders").await;
     assert!(

@@ -5,5 +5,6 @@ mod cli;
 mod crash;
 mod delivery;
 mod helpers;
+mod mapping;
 mod rebalance;
 mod zombie;

@@ -134,3 +134,56 @@ pub async fn produce_orders(producer: &FutureProducer, topic: &TestTopic, from: 
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
+
+/// A record spelled out in full, for tests of mapping and bad input.
+#[derive(Clone, Default)]
+pub struct RawRecord {
+    pub partition: i32,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub timestamp_ms: Option<i64>,
+}
+
+impl RawRecord {
+    pub fn json(partition: i32, value: &str) -> Self {
+        Self {
+            partition,
+            value: Some(value.as_bytes().to_vec()),
+            ..Default::default()
+        }
+    }
+}
+
+/// Produces the records in order and waits for every acknowledgement.
+pub async fn produce_raw(producer: &FutureProducer, topic: &str, records: &[RawRecord]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    for r in records {
+        let mut record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(topic).partition(r.partition);
+        if let Some(k) = &r.key {
+            record = record.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            record = record.payload(v.as_slice());
+        }
+        if let Some(ts) = r.timestamp_ms {
+            record = record.timestamp(ts);
+        }
+        if !r.headers.is_empty() {
+            let mut headers = OwnedHeaders::new();
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: v.as_deref(),
+                });
+            }
+            record = record.headers(headers);
+        }
+        producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("record acknowledged");
+    }
+}

@@ -22,10 +22,17 @@ pub struct CliOutput {
 
 /// Runs the binary to completion (for `migrate`, `check`, …).
 pub async fn run_cli(args: &[&str]) -> CliOutput {
+    run_cli_env(args, &[]).await
+}
+
+/// Runs the binary with extra environment variables (and without the test's own service
+/// variables, so only what the test passes counts).
+pub async fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> CliOutput {
     let out = tokio::process::Command::new(BIN)
         .args(args)
         .env_remove("DATABASE_URL")
         .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .envs(env.iter().copied())
         .output()
         .await
         .expect("run kafka-pg-sink");
@@ -48,6 +55,8 @@ pub struct SinkConfig {
     pub max_wait_ms: u64,
     pub writers: usize,
     pub session_timeout_ms: u64,
+    /// kafka.auto_offset_reset
+    pub reset: &'static str,
     /// Extra TOML appended verbatim.
     pub extra: String,
 }
@@ -64,6 +73,7 @@ impl SinkConfig {
             max_wait_ms: 100,
             writers: 2,
             session_timeout_ms: 6000,
+            reset: "earliest",
             extra: String::new(),
         }
     }
@@ -77,6 +87,7 @@ impl SinkConfig {
 bootstrap_servers = "{kafka}"
 group_id = "{group}"
 group_protocol = "{protocol}"
+auto_offset_reset = "{reset}"
 session_timeout = "{session}ms"
 [kafka.properties]
 "heartbeat.interval.ms" = "500"
@@ -108,6 +119,7 @@ offset = "kafka_offset"
             kafka = services().kafka,
             group = self.group,
             protocol = self.protocol,
+            reset = self.reset,
             session = self.session_timeout_ms,
             db = self.database_url,
             writers = self.writers,
@@ -144,6 +156,11 @@ pub struct Sink {
 
 impl Sink {
     pub fn start(config: &SinkConfig, name: &str) -> Self {
+        Self::start_with(config, name, &[])
+    }
+
+    /// Starts with extra command-line arguments after `run`.
+    pub fn start_with(config: &SinkConfig, name: &str, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("sink.toml");
         std::fs::write(&config_path, config.toml()).expect("write config");
@@ -153,6 +170,7 @@ impl Sink {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
+            .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("KAFKA_BOOTSTRAP_SERVERS")
             .env(
