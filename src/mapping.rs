@@ -861,4 +861,50 @@ mod tests {
         r.value = None;
         assert_eq!(m.encode(&r, &mut rows), Err(MapError::Tombstone));
     }
+
+    proptest::proptest! {
+        /// Whatever bytes arrive, mapping returns a row or an error; it never panics and never
+        /// leaves half a row behind.
+        #[test]
+        fn arbitrary_values_never_panic(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let m = mapper(
+                vec![
+                    col("id", ColumnType::Int8, true, false),
+                    col("n", ColumnType::Numeric, false, false),
+                    col("t", ColumnType::Timestamptz, false, false),
+                    col("j", ColumnType::Jsonb, false, false),
+                ],
+                MetadataColumns::default(),
+            );
+            let mut rows = TableRows::new(m.table().clone());
+            let mut r = record("");
+            r.value = Some(&value);
+            let before = rows.bytes();
+            if m.encode(&r, &mut rows).is_err() {
+                proptest::prop_assert_eq!(rows.bytes(), before);
+            }
+        }
+
+        #[test]
+        fn arbitrary_json_objects_never_panic(
+            fields in proptest::collection::vec(("[a-z]{1,3}", "(null|true|-?[0-9]{1,25}(\\.[0-9]{1,5})?|\"[^\"\\\\]{0,10}\"|\\[\\]|\\{\\})"), 0..6)
+        ) {
+            let m = mapper(
+                vec![
+                    col("a", ColumnType::Int2, false, false),
+                    col("b", ColumnType::Numeric, false, false),
+                    col("c", ColumnType::Date, false, true),
+                    col("d", ColumnType::Bool, false, false),
+                    col("e", ColumnType::Uuid, false, false),
+                ],
+                MetadataColumns::default(),
+            );
+            let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let value = format!("{{{}}}", body.join(","));
+            let mut rows = TableRows::new(m.table().clone());
+            let mut r = record("");
+            r.value = Some(value.as_bytes());
+            let _ = m.encode(&r, &mut rows);
+        }
+    }
 }

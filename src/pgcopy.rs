@@ -236,4 +236,104 @@ mod tests {
         let data = copy.finish();
         assert_eq!(&data[..], [HEADER, &TRAILER].concat().as_slice());
     }
+
+    /// Prints the binary numeric back as decimal text with exactly `dscale` fraction digits.
+    fn decode(text: &str) -> String {
+        let (_, weight, sign, dscale, digits) = parts(text);
+        // Integer digits and fraction digits from base-10000 groups.
+        let mut int = String::new();
+        let mut frac = String::new();
+        for (i, g) in digits.iter().enumerate() {
+            let power = weight as i64 - i as i64;
+            let g = format!("{g:04}");
+            if power >= 0 {
+                int.push_str(&g);
+            } else {
+                frac.push_str(&g);
+            }
+        }
+        // Groups between the last digit and the point, and leading zero groups after it.
+        let last_power = weight as i64 - digits.len() as i64 + 1;
+        if !digits.is_empty() && last_power > 0 {
+            int.push_str(&"0000".repeat(last_power as usize));
+        }
+        if !digits.is_empty() && weight < -1 {
+            frac.insert_str(0, &"0000".repeat((-1 - weight as i64) as usize));
+        }
+        let int = int.trim_start_matches('0');
+        let int = if int.is_empty() { "0" } else { int };
+        let mut frac: String = frac.chars().take(dscale as usize).collect();
+        while frac.len() < dscale as usize {
+            frac.push('0');
+        }
+        let sign = if sign == 0x4000 { "-" } else { "" };
+        if dscale > 0 {
+            format!("{sign}{int}.{frac}")
+        } else {
+            format!("{sign}{int}")
+        }
+    }
+
+    /// The same canonical text computed by plain decimal-point shifting.
+    fn canonical(negative: bool, int: &str, frac: &str, exp: i32) -> String {
+        let digits = format!("{int}{frac}");
+        let point = int.len() as i64 + exp as i64;
+        let dscale = (digits.len() as i64 - point).max(0) as usize;
+        let (mut ip, mut fp) = if point <= 0 {
+            (
+                String::new(),
+                format!("{}{}", "0".repeat((-point) as usize), digits),
+            )
+        } else if point as usize >= digits.len() {
+            (
+                format!("{}{}", digits, "0".repeat(point as usize - digits.len())),
+                String::new(),
+            )
+        } else {
+            (
+                digits[..point as usize].to_string(),
+                digits[point as usize..].to_string(),
+            )
+        };
+        ip = ip.trim_start_matches('0').to_string();
+        if ip.is_empty() {
+            ip = "0".into();
+        }
+        fp.truncate(dscale);
+        while fp.len() < dscale {
+            fp.push('0');
+        }
+        let zero = ip == "0" && fp.chars().all(|c| c == '0');
+        let sign = if negative && !zero { "-" } else { "" };
+        if dscale > 0 {
+            format!("{sign}{ip}.{fp}")
+        } else {
+            format!("{sign}{ip}")
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn numeric_encoding_preserves_every_digit(
+            negative: bool,
+            int in "[0-9]{0,30}",
+            frac in "[0-9]{0,30}",
+            exp in -40i32..40,
+            with_exp: bool,
+        ) {
+            proptest::prop_assume!(!(int.is_empty() && frac.is_empty()));
+            let exp = if with_exp { exp } else { 0 };
+            let mut text = String::new();
+            if negative { text.push('-'); }
+            text.push_str(&int);
+            if !frac.is_empty() { text.push('.'); text.push_str(&frac); }
+            if with_exp { text.push_str(&format!("e{exp}")); }
+            proptest::prop_assert_eq!(decode(&text), canonical(negative, &int, &frac, exp), "{}", text);
+        }
+
+        #[test]
+        fn numeric_encoding_never_panics(text in "\\PC{0,40}") {
+            let _ = encode_numeric(&text, &mut BytesMut::new());
+        }
+    }
 }
