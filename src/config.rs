@@ -170,6 +170,12 @@ pub struct TopicSettings {
     pub schema: String,
     #[serde(default)]
     pub format: RecordFormat,
+    /// `insert` appends; `upsert` inserts or updates by key, the last record per key winning.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Upsert key columns; empty means the table's primary key.
+    #[serde(default)]
+    pub key: Vec<String>,
     /// Columns that take the record's Kafka metadata instead of a value field.
     #[serde(default)]
     pub metadata: MetadataColumns,
@@ -182,6 +188,15 @@ pub enum RecordFormat {
     /// A JSON object whose fields map onto columns by name.
     #[default]
     Json,
+}
+
+/// How rows reach the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteMode {
+    #[default]
+    Insert,
+    Upsert,
 }
 
 /// Column names for record metadata; each is optional.

@@ -16,7 +16,7 @@ use postgres_types::{ToSql, Type};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::config::{MetadataColumns, TopicSettings};
+use crate::config::{MetadataColumns, TopicSettings, WriteMode};
 use crate::pgcopy::{encode_numeric, CopyBuffer};
 use crate::schema::{Column, ColumnType, Table};
 
@@ -90,12 +90,30 @@ pub enum MapError {
     MissingField { column: String, sql_type: String },
     #[error("field {column:?} is null but column {column} is NOT NULL")]
     NullForNotNull { column: String },
+    #[error("upsert key column {column} has no value in this record")]
+    MissingKey { column: String },
     #[error("field {column:?} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,
         sql_type: String,
         reason: String,
     },
+}
+
+/// Why a record was not added to the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The record itself is bad.
+    Invalid(MapError),
+    /// An upsert batch holds one column list per table (so the last record per key wins
+    /// exactly); this record has another. Seal the batch and encode it again.
+    ShapeChanged,
+}
+
+impl From<MapError> for EncodeError {
+    fn from(e: MapError) -> Self {
+        EncodeError::Invalid(e)
+    }
 }
 
 /// A configuration that cannot work with the table as it is.
@@ -114,6 +132,8 @@ pub struct TopicMapper {
     /// JSON field name → column index, for value fields only.
     fields: HashMap<String, usize>,
     needs_headers: bool,
+    /// Upsert key column indices; `None` in insert mode.
+    upsert_keys: Option<Arc<[u16]>>,
 }
 
 impl fmt::Debug for TopicMapper {
@@ -163,12 +183,31 @@ impl TopicMapper {
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
         let needs_headers = sources.contains(&Source::Meta(Meta::Headers));
+        let upsert_keys = match topic.mode {
+            WriteMode::Insert => None,
+            WriteMode::Upsert => Some(upsert_keys(topic, &table).map_err(err)?),
+        };
         Ok(Self {
             table,
             sources,
             fields,
             needs_headers,
+            upsert_keys,
         })
+    }
+
+    /// Rows for this topic's table, as a batch needs them (upsert keeps one column list).
+    pub fn new_rows(&self) -> TableRows {
+        TableRows::new(self.table.clone(), self.upsert_keys.clone())
+    }
+
+    /// The upsert key's column names; empty in insert mode.
+    pub fn key_columns(&self) -> Vec<&str> {
+        self.upsert_keys
+            .iter()
+            .flat_map(|k| k.iter())
+            .map(|&i| self.table.columns[i as usize].name.as_str())
+            .collect()
     }
 
     pub fn table(&self) -> &Arc<Table> {
@@ -186,7 +225,7 @@ impl TopicMapper {
     }
 
     /// Encodes the record as one row into `rows`; on error nothing is written.
-    pub fn encode(&self, record: &RecordView<'_>, rows: &mut TableRows) -> Result<(), MapError> {
+    pub fn encode(&self, record: &RecordView<'_>, rows: &mut TableRows) -> Result<(), EncodeError> {
         let value = record.value.ok_or(MapError::Tombstone)?;
         let mut slots: Vec<Option<&RawValue>> = vec![None; self.sources.len()];
         parse_object(value, &self.fields, &mut slots)?;
@@ -202,7 +241,8 @@ impl TopicMapper {
                         if col.not_null && raw.get() == "null" {
                             return Err(MapError::NullForNotNull {
                                 column: col.name.clone(),
-                            });
+                            }
+                            .into());
                         }
                         true
                     }
@@ -211,7 +251,8 @@ impl TopicMapper {
                         return Err(MapError::MissingField {
                             column: col.name.clone(),
                             sql_type: col.sql_type.clone(),
-                        })
+                        }
+                        .into())
                     }
                     None => true,
                 },
@@ -221,8 +262,26 @@ impl TopicMapper {
             }
         }
         let include = std::mem::take(&mut rows.scratch);
-        let copy = rows.buffer_for(&include);
-        let mark = copy.begin_row(include.len());
+        if let Some(keys) = &self.upsert_keys {
+            for &k in keys.iter() {
+                let absent = self.sources[k as usize] == Source::Field
+                    && slots[k as usize].is_none_or(|raw| raw.get() == "null");
+                if absent {
+                    rows.scratch = include;
+                    return Err(MapError::MissingKey {
+                        column: self.table.columns[k as usize].name.clone(),
+                    }
+                    .into());
+                }
+            }
+        }
+        let ordinal = rows.next_ordinal;
+        let Some(copy) = rows.buffer_for(&include) else {
+            rows.scratch = include;
+            return Err(EncodeError::ShapeChanged);
+        };
+        let extra = usize::from(self.upsert_keys.is_some());
+        let mark = copy.begin_row(include.len() + extra);
         let mut result = Ok(());
         for &i in &include {
             let i = i as usize;
@@ -247,12 +306,53 @@ impl TopicMapper {
             }
         }
         match result {
-            Ok(()) => copy.end_row(mark),
+            Ok(()) => {
+                if extra == 1 {
+                    // The record's position in the batch: the last one per key wins.
+                    copy.bytes(&ordinal.to_be_bytes());
+                }
+                copy.end_row(mark);
+                rows.next_ordinal += 1;
+            }
             Err(_) => copy.undo_row(mark),
         }
         rows.scratch = include;
-        result
+        result.map_err(EncodeError::Invalid)
     }
+}
+
+/// Resolves the upsert key: configured columns, else the primary key; it must match a unique
+/// index so that `ON CONFLICT` can use it.
+fn upsert_keys(topic: &TopicSettings, table: &Table) -> Result<Arc<[u16]>, String> {
+    let names: Vec<String> = if topic.key.is_empty() {
+        if table.primary_key.is_empty() {
+            return Err("mode = \"upsert\" needs a key: the table has no primary key, so name the key columns with `key = [...]`".into());
+        }
+        table.primary_key.clone()
+    } else {
+        topic.key.clone()
+    };
+    let mut indices = Vec::with_capacity(names.len());
+    for name in &names {
+        let (i, _) = table
+            .column(name)
+            .ok_or_else(|| format!("upsert key column {name:?} is not a column of the table"))?;
+        indices.push(i as u16);
+    }
+    let mut wanted = names.clone();
+    wanted.sort();
+    let indexed = table.unique_keys.iter().any(|cols| {
+        let mut cols = cols.clone();
+        cols.sort();
+        cols == wanted
+    });
+    if !indexed {
+        return Err(format!(
+            "upsert key ({}) is not the primary key or a unique index of the table; ON CONFLICT needs one",
+            names.join(", ")
+        ));
+    }
+    Ok(indices.into())
 }
 
 fn metadata_pairs(m: &MetadataColumns) -> impl Iterator<Item = (Meta, &str)> {
@@ -273,6 +373,9 @@ fn metadata_pairs(m: &MetadataColumns) -> impl Iterator<Item = (Meta, &str)> {
 pub struct TableRows {
     pub table: Arc<Table>,
     pub shapes: Vec<(Vec<u16>, CopyBuffer)>,
+    /// Upsert key column indices; `None` in insert mode.
+    pub upsert_keys: Option<Arc<[u16]>>,
+    next_ordinal: i64,
     scratch: Vec<u16>,
 }
 
@@ -283,23 +386,28 @@ impl fmt::Debug for TableRows {
 }
 
 impl TableRows {
-    pub fn new(table: Arc<Table>) -> Self {
+    pub fn new(table: Arc<Table>, upsert_keys: Option<Arc<[u16]>>) -> Self {
         Self {
             table,
             shapes: Vec::new(),
+            upsert_keys,
+            next_ordinal: 0,
             scratch: Vec::new(),
         }
     }
 
-    fn buffer_for(&mut self, columns: &[u16]) -> &mut CopyBuffer {
+    /// The buffer for rows with these columns; `None` when an upsert batch already holds
+    /// another column list.
+    fn buffer_for(&mut self, columns: &[u16]) -> Option<&mut CopyBuffer> {
         let pos = match self.shapes.iter().position(|(c, _)| c == columns) {
             Some(pos) => pos,
+            None if self.upsert_keys.is_some() && !self.shapes.is_empty() => return None,
             None => {
                 self.shapes.push((columns.to_vec(), CopyBuffer::new()));
                 self.shapes.len() - 1
             }
         };
-        &mut self.shapes[pos].1
+        Some(&mut self.shapes[pos].1)
     }
 
     pub fn rows(&self) -> usize {
@@ -703,12 +811,17 @@ mod tests {
             name: "t".into(),
             columns,
             skipped: vec![],
+            oid: 1,
+            primary_key: vec![],
+            unique_keys: vec![],
         });
         let topic = TopicSettings {
             name: "topic".into(),
             table: "t".into(),
             schema: "public".into(),
             format: RecordFormat::Json,
+            mode: WriteMode::Insert,
+            key: vec![],
             metadata,
         };
         TopicMapper::new(&topic, table).unwrap()
@@ -727,9 +840,12 @@ mod tests {
     }
 
     fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
-        let mut rows = TableRows::new(m.table().clone());
-        m.encode(&record(value), &mut rows)?;
-        Ok(rows)
+        let mut rows = m.new_rows();
+        match m.encode(&record(value), &mut rows) {
+            Ok(()) => Ok(rows),
+            Err(EncodeError::Invalid(e)) => Err(e),
+            Err(EncodeError::ShapeChanged) => panic!("insert mode never changes shape"),
+        }
     }
 
     #[test]
@@ -835,12 +951,17 @@ mod tests {
             name: "t".into(),
             columns: vec![col("off", ColumnType::Text, true, false)],
             skipped: vec![],
+            oid: 1,
+            primary_key: vec![],
+            unique_keys: vec![],
         });
         let topic = TopicSettings {
             name: "topic".into(),
             table: "t".into(),
             schema: "public".into(),
             format: RecordFormat::Json,
+            mode: WriteMode::Insert,
+            key: vec![],
             metadata: MetadataColumns {
                 offset: Some("off".into()),
                 ..Default::default()
@@ -856,10 +977,13 @@ mod tests {
             vec![col("id", ColumnType::Int8, true, false)],
             MetadataColumns::default(),
         );
-        let mut rows = TableRows::new(m.table().clone());
+        let mut rows = m.new_rows();
         let mut r = record("");
         r.value = None;
-        assert_eq!(m.encode(&r, &mut rows), Err(MapError::Tombstone));
+        assert_eq!(
+            m.encode(&r, &mut rows),
+            Err(EncodeError::Invalid(MapError::Tombstone))
+        );
     }
 
     proptest::proptest! {
@@ -876,7 +1000,7 @@ mod tests {
                 ],
                 MetadataColumns::default(),
             );
-            let mut rows = TableRows::new(m.table().clone());
+            let mut rows = m.new_rows();
             let mut r = record("");
             r.value = Some(&value);
             let before = rows.bytes();
@@ -901,7 +1025,7 @@ mod tests {
             );
             let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
             let value = format!("{{{}}}", body.join(","));
-            let mut rows = TableRows::new(m.table().clone());
+            let mut rows = m.new_rows();
             let mut r = record("");
             r.value = Some(value.as_bytes());
             let _ = m.encode(&r, &mut rows);

@@ -17,7 +17,7 @@ use rdkafka::Offset;
 
 use crate::batch::{Batch, OpenBatch};
 use crate::config::{BatchSettings, ResetPolicy};
-use crate::mapping::{RecordView, TopicMapper};
+use crate::mapping::{EncodeError, RecordView, TopicMapper};
 use crate::offsets::{OffsetAdvance, OffsetStore, StoredOffset, TopicPartition};
 use crate::stats::Stats;
 use crate::writer::{Lane, Outcome, WriteResult};
@@ -219,20 +219,42 @@ impl Pipeline {
         }
         Stats::add(&self.stats.records_consumed, 1);
         let lane_idx = p.lane;
-        let lane = &mut self.lanes[lane_idx];
-        let mapper = &self.routes[route].mapper;
-        let rows = lane.open.table_rows(route, mapper.table());
-        if let Err(e) = mapper.encode(record, rows) {
+        let mut encoded = self.encode_into(lane_idx, route, record);
+        if encoded == Err(EncodeError::ShapeChanged) {
+            // An upsert batch keeps one column list per table: start a new batch.
+            self.seal_and_send(lane_idx);
+            // Sealing may have waited for a result that started a rewind: then this record
+            // must not enter the new batch (it will be read again).
+            if self
+                .partitions
+                .get(&(route, record.partition))
+                .map(|p| p.status)
+                != Some(Status::Active)
+            {
+                return;
+            }
+            encoded = self.encode_into(lane_idx, route, record);
+        }
+        let p = self
+            .partitions
+            .get_mut(&(route, record.partition))
+            .expect("checked above; sealing does not remove partitions");
+        if let Err(e) = encoded {
+            let reason = match e {
+                EncodeError::Invalid(e) => e.to_string(),
+                EncodeError::ShapeChanged => "its columns do not fit a fresh batch".into(),
+            };
             let fatal = Fatal::Mapping {
                 tp: p.tp.clone(),
                 offset: record.offset,
-                reason: e.to_string(),
+                reason,
             };
             // Everything before this record is complete: commit it so the position is here.
             p.status = Status::Fenced;
             self.set_fatal(fatal);
             return;
         }
+        let lane = &mut self.lanes[lane_idx];
         p.cursor = Some(record.offset + 1);
         if p.open_last.is_none() {
             lane.members.push((route, record.partition));
@@ -245,6 +267,17 @@ impl Pipeline {
         {
             self.seal_and_send(lane_idx);
         }
+    }
+
+    fn encode_into(
+        &mut self,
+        lane_idx: usize,
+        route: usize,
+        record: &RecordView<'_>,
+    ) -> Result<(), EncodeError> {
+        let mapper = &self.routes[route].mapper;
+        let rows = self.lanes[lane_idx].open.table_rows(route, mapper);
+        mapper.encode(record, rows)
     }
 
     fn note_dropped(&mut self, record: &RecordView<'_>, why: &str) {
@@ -379,8 +412,12 @@ impl Pipeline {
         self.lanes[lane_idx].in_flight -= 1;
         match result.outcome {
             Outcome::Committed => {
-                self.stats
-                    .committed(result.records, result.rows, result.transaction_time);
+                self.stats.committed(
+                    result.records,
+                    result.rows,
+                    result.transaction_time,
+                    result.batch_age,
+                );
                 self.lanes[lane_idx].failures = 0;
                 tracing::trace!(
                     lane = lane_idx,

@@ -66,11 +66,18 @@ pub struct Column {
 /// A target table and its writable columns, in table order.
 #[derive(Debug, Clone)]
 pub struct Table {
+    /// The table's OID: a stable, identifier-safe name for per-table session objects.
+    pub oid: u32,
     pub schema: String,
     pub name: String,
     pub columns: Vec<Column>,
     /// Columns the sink never writes (generated, identity ALWAYS), by name, for `check`.
     pub skipped: Vec<String>,
+    /// The primary key's columns, in key order; empty without one.
+    pub primary_key: Vec<String>,
+    /// Column sets of every plain unique index (the primary key included): what
+    /// `ON CONFLICT (…)` can name.
+    pub unique_keys: Vec<Vec<String>>,
 }
 
 impl Table {
@@ -127,6 +134,16 @@ SELECT a.attname::text,
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY a.attnum";
 
+/// Unique indexes without predicates or expressions, each as its column names in order.
+const UNIQUE_KEYS_SQL: &str = "
+SELECT i.indisprimary, array_agg(a.attname::text ORDER BY k.ord)
+  FROM pg_index i
+  CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+ WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+ GROUP BY i.indexrelid, i.indisprimary
+ ORDER BY i.indisprimary DESC, i.indexrelid";
+
 /// Reads a table's columns; names are bound as values, never spliced.
 pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table, SchemaError> {
     let oid: Option<i64> = sqlx::query_scalar(
@@ -165,11 +182,23 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
             has_default,
         });
     }
+    let keys: Vec<(bool, Vec<String>)> = sqlx::query_as(UNIQUE_KEYS_SQL)
+        .bind(sqlx::postgres::types::Oid(oid as u32))
+        .fetch_all(pool)
+        .await?;
+    let primary_key = keys
+        .iter()
+        .find(|(primary, _)| *primary)
+        .map(|(_, cols)| cols.clone())
+        .unwrap_or_default();
     Ok(Table {
+        oid: oid as u32,
         schema: schema.into(),
         name: table.into(),
         columns,
         skipped,
+        primary_key,
+        unique_keys: keys.into_iter().map(|(_, cols)| cols).collect(),
     })
 }
 

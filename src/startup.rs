@@ -105,6 +105,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         .collect();
     drop(results_tx);
     let stats = Arc::new(Stats::default());
+    let summary = stats.clone();
     stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone());
     let pipeline = Pipeline::new(PipelineParts {
         routes,
@@ -131,6 +132,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         })
         .context("starting the consumer thread")?;
     let result = done_rx.await.context("the consumer thread panicked")?;
+    summary.log_summary();
     // Stop the progress line and anything else still waiting.
     shutdown.trigger();
     pool.close().await;

@@ -1,7 +1,7 @@
 //! Counters for the progress line (and, later, metrics), updated without locks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::shutdown::Shutdown;
@@ -19,6 +19,16 @@ pub struct Stats {
     /// Sum and maximum of transaction times since the last progress line, in microseconds.
     pub commit_micros_sum: AtomicU64,
     pub commit_micros_max: AtomicU64,
+    /// Transaction times (BEGIN to COMMIT) and record waits (first buffered to COMMIT), in
+    /// microseconds, for the summary at exit. Updated once per batch, so a mutex is cheap.
+    latencies: Mutex<Option<Latencies>>,
+}
+
+/// Histograms behind the summary line.
+#[derive(Debug)]
+struct Latencies {
+    transaction: hdrhistogram::Histogram<u64>,
+    batch_age: hdrhistogram::Histogram<u64>,
 }
 
 impl Stats {
@@ -31,13 +41,58 @@ impl Stats {
     }
 
     /// Records one committed batch.
-    pub fn committed(&self, records: usize, rows: usize, transaction: Duration) {
+    pub fn committed(
+        &self,
+        records: usize,
+        rows: usize,
+        transaction: Duration,
+        batch_age: Duration,
+    ) {
+        if let Ok(mut guard) = self.latencies.lock() {
+            let l = guard.get_or_insert_with(|| Latencies {
+                transaction: hdrhistogram::Histogram::new(3).expect("valid precision"),
+                batch_age: hdrhistogram::Histogram::new(3).expect("valid precision"),
+            });
+            l.transaction
+                .saturating_record(transaction.as_micros() as u64);
+            l.batch_age.saturating_record(batch_age.as_micros() as u64);
+        }
         Self::add(&self.records_committed, records as u64);
         Self::add(&self.rows_committed, rows as u64);
         Self::add(&self.batches_committed, 1);
         let micros = transaction.as_micros() as u64;
         Self::add(&self.commit_micros_sum, micros);
         self.commit_micros_max.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    /// Logs totals and latency percentiles once, at exit (the benchmark reads this line).
+    pub fn log_summary(&self) {
+        let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        let guard = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        let (p50, p99, max, age_p50, age_p99) = match guard.as_ref() {
+            Some(l) => (
+                ms(&l.transaction, 0.5),
+                ms(&l.transaction, 0.99),
+                l.transaction.max() as f64 / 1000.0,
+                ms(&l.batch_age, 0.5),
+                ms(&l.batch_age, 0.99),
+            ),
+            None => (0.0, 0.0, 0.0, 0.0, 0.0),
+        };
+        tracing::info!(
+            records_consumed = Self::get(&self.records_consumed),
+            records_committed = Self::get(&self.records_committed),
+            rows_committed = Self::get(&self.rows_committed),
+            batches_committed = Self::get(&self.batches_committed),
+            batches_failed = Self::get(&self.batches_failed),
+            fenced = Self::get(&self.fenced),
+            commit_p50_ms = p50,
+            commit_p99_ms = p99,
+            commit_max_ms = max,
+            batch_age_p50_ms = age_p50,
+            batch_age_p99_ms = age_p99,
+            "summary"
+        );
     }
 
     /// Logs a line every `interval` with rates since the previous line, until shutdown.

@@ -4,6 +4,7 @@
 //! A writer never retries on its own. It reports each outcome to the consumer thread, which
 //! decides: only the database, re-read after a failure, says what was written.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
@@ -100,21 +101,28 @@ impl Lane {
     }
 }
 
+/// A writer's connection and what it has set up on it.
+struct Session {
+    conn: PgConnection,
+    /// Staging tables created on this connection (temporary tables live per session).
+    staged: HashSet<String>,
+}
+
 async fn run(
     id: usize,
     config: WriterConfig,
     mut batches: mpsc::UnboundedReceiver<Batch>,
     results: std_mpsc::Sender<WriteResult>,
 ) {
-    let mut conn: Option<PgConnection> = None;
+    let mut session: Option<Session> = None;
     while let Some(batch) = batches.recv().await {
         let started = Instant::now();
-        let outcome = match write(&mut conn, &config, &batch).await {
+        let outcome = match write(&mut session, &config, &batch).await {
             Ok(()) => Outcome::Committed,
             Err(outcome) => {
                 // The connection's state is unknown after a failure: start afresh.
-                if let Some(c) = conn.take() {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), c.close()).await;
+                if let Some(s) = session.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), s.conn.close()).await;
                 }
                 outcome
             }
@@ -132,18 +140,18 @@ async fn run(
             break;
         }
     }
-    if let Some(c) = conn {
-        let _ = c.close().await;
+    if let Some(s) = session {
+        let _ = s.conn.close().await;
     }
 }
 
 /// One batch, one transaction.
 async fn write(
-    conn: &mut Option<PgConnection>,
+    session: &mut Option<Session>,
     config: &WriterConfig,
     batch: &Batch,
 ) -> Result<(), Outcome> {
-    if conn.is_none() {
+    if session.is_none() {
         let options = config
             .connect_options()
             .map_err(|e| Outcome::Permanent(e.to_string()))?;
@@ -151,9 +159,12 @@ async fn write(
             .await
             .map_err(|_| Outcome::Transient("timed out connecting to PostgreSQL".into()))?
             .map_err(classify)?;
-        *conn = Some(connected);
+        *session = Some(Session {
+            conn: connected,
+            staged: HashSet::new(),
+        });
     }
-    let conn = conn.as_mut().expect("connected above");
+    let Session { conn, staged } = session.as_mut().expect("connected above");
     let mut tx = conn.begin().await.map_err(classify)?;
     let matched = offsets::advance(&mut tx, &config.group, &batch.offsets)
         .await
@@ -166,12 +177,30 @@ async fn write(
         });
     }
     for chunk in &batch.copies {
+        if let Some(merge) = &chunk.merge {
+            if !staged.contains(&merge.staging) {
+                for statement in &merge.create {
+                    sqlx::query(statement)
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                }
+                staged.insert(merge.staging.clone());
+            }
+        }
         let mut copy = tx.copy_in_raw(&chunk.statement).await.map_err(classify)?;
         if let Err(e) = copy.send(chunk.data.clone()).await {
             let _ = copy.abort("send failed").await;
             return Err(classify(e));
         }
         copy.finish().await.map_err(classify)?;
+        if let Some(merge) = &chunk.merge {
+            sqlx::query(&merge.statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(classify)?;
+        }
     }
     tx.commit().await.map_err(classify)
 }

@@ -14,8 +14,23 @@ const KILLS: usize = 10;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
+    kill_9_at_random_moments("insert").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_in_upsert_mode_loses_nothing() {
+    kill_9_at_random_moments("upsert").await;
+}
+
+async fn kill_9_at_random_moments(mode: &str) {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
+    if mode == "upsert" {
+        sqlx::query("ALTER TABLE orders ADD PRIMARY KEY (id)")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
     install_offset_audit(&db).await;
     let topic = TestTopic::create(4).await;
     produce_orders(&producer(), &topic, 0, RECORDS).await;
@@ -24,6 +39,7 @@ async fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
     // Small batches: many transactions, so kills land before, inside and after commits.
     config.max_records = 300;
     config.max_wait_ms = 50;
+    config.topic_settings = format!("mode = \"{mode}\"");
     let mut rng = rand::rng();
     let mut killed_mid_drain = 0;
     for round in 0..KILLS {

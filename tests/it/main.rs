@@ -7,4 +7,5 @@ mod delivery;
 mod helpers;
 mod mapping;
 mod rebalance;
+mod upsert;
 mod zombie;

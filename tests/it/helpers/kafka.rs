@@ -155,9 +155,11 @@ impl RawRecord {
     }
 }
 
-/// Produces the records in order and waits for every acknowledgement.
+/// Produces the records in order (idempotent producer: order holds while in flight) and waits
+/// for every acknowledgement.
 pub async fn produce_raw(producer: &FutureProducer, topic: &str, records: &[RawRecord]) {
     use rdkafka::message::{Header, OwnedHeaders};
+    let mut pending = Vec::with_capacity(1000);
     for r in records {
         let mut record: FutureRecord<'_, [u8], [u8]> =
             FutureRecord::to(topic).partition(r.partition);
@@ -180,10 +182,25 @@ pub async fn produce_raw(producer: &FutureProducer, topic: &str, records: &[RawR
             }
             record = record.headers(headers);
         }
-        producer
-            .send(record, Duration::from_secs(30))
+        pending.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| e)
+                .expect("queue record"),
+        );
+        if pending.len() == 1000 {
+            for delivery in pending.drain(..) {
+                delivery
+                    .await
+                    .expect("delivery")
+                    .expect("record acknowledged");
+            }
+        }
+    }
+    for delivery in pending {
+        delivery
             .await
-            .map_err(|(e, _)| e)
+            .expect("delivery")
             .expect("record acknowledged");
     }
 }

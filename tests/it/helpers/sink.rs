@@ -57,6 +57,8 @@ pub struct SinkConfig {
     pub session_timeout_ms: u64,
     /// kafka.auto_offset_reset
     pub reset: &'static str,
+    /// Extra settings of the (first) topic, e.g. `mode = "upsert"`.
+    pub topic_settings: String,
     /// Extra TOML appended verbatim.
     pub extra: String,
 }
@@ -74,6 +76,7 @@ impl SinkConfig {
             writers: 2,
             session_timeout_ms: 6000,
             reset: "earliest",
+            topic_settings: String::new(),
             extra: String::new(),
         }
     }
@@ -111,6 +114,7 @@ progress_interval = "2s"
 [[topics]]
 name = "{topic}"
 table = "{table}"
+{topic_settings}
 [topics.metadata]
 partition = "kafka_partition"
 offset = "kafka_offset"
@@ -127,6 +131,7 @@ offset = "kafka_offset"
             max_wait = self.max_wait_ms,
             topic = self.topic,
             table = self.table,
+            topic_settings = self.topic_settings,
             extra = self.extra,
             // KPS_TEST_RDKAFKA_DEBUG=cgrp,fetch turns on librdkafka's own tracing when debugging.
             debug = std::env::var("KPS_TEST_RDKAFKA_DEBUG")
