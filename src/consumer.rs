@@ -28,8 +28,11 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
-        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog.
+        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog;
+        // and when that bound is reached, fetch again soon rather than after the default 1 s,
+        // which left the writers idle half of the time.
         .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.queue.backoff.ms", "10")
         .set(
             "auto.offset.reset",
             match kafka.auto_offset_reset {

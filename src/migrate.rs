@@ -59,11 +59,15 @@ pub fn latest_version() -> i32 {
 /// Fails with instructions when the database lacks this binary's migrations.
 pub async fn ensure_applied(pool: &PgPool) -> anyhow::Result<()> {
     let applied: Option<i32> =
-        sqlx::query_scalar("SELECT max(version) FROM refinery_schema_history")
+        match sqlx::query_scalar("SELECT max(version) FROM refinery_schema_history")
             .fetch_one(pool)
             .await
-            .ok()
-            .flatten();
+        {
+            Ok(version) => version,
+            // 42P01, undefined table: never migrated. Anything else is reported as it is.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
+            Err(e) => anyhow::bail!("cannot read the sink's migration history: {e}"),
+        };
     let latest = latest_version();
     match applied {
         Some(v) if v >= latest => Ok(()),
