@@ -50,8 +50,11 @@ impl Stats {
     ) {
         if let Ok(mut guard) = self.latencies.lock() {
             let l = guard.get_or_insert_with(|| Latencies {
-                transaction: hdrhistogram::Histogram::new(3).expect("valid precision"),
-                batch_age: hdrhistogram::Histogram::new(3).expect("valid precision"),
+                // 1 µs to 1 h at 3 significant digits; larger values saturate.
+                transaction: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                    .expect("valid bounds"),
+                batch_age: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                    .expect("valid bounds"),
             });
             l.transaction
                 .saturating_record(transaction.as_micros() as u64);
@@ -95,6 +98,17 @@ impl Stats {
         );
     }
 
+    /// p50 and p99 of transaction times in milliseconds, if any batch committed.
+    pub fn commit_percentiles(&self) -> Option<(f64, f64)> {
+        let guard = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(|l| {
+            (
+                l.transaction.value_at_quantile(0.5) as f64 / 1000.0,
+                l.transaction.value_at_quantile(0.99) as f64 / 1000.0,
+            )
+        })
+    }
+
     /// Logs a line every `interval` with rates since the previous line, until shutdown.
     pub fn spawn_progress_log(self: &Arc<Self>, interval: Duration, shutdown: Shutdown) {
         let stats = self.clone();
@@ -131,5 +145,27 @@ impl Stats {
                 last = (now, consumed, rows, batches);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_reflect_what_was_recorded() {
+        let stats = Stats::default();
+        for ms in 1..=100u64 {
+            stats.committed(
+                10,
+                10,
+                Duration::from_millis(ms),
+                Duration::from_millis(ms * 2),
+            );
+        }
+        let (p50, p99) = stats.commit_percentiles().unwrap();
+        assert!((49.0..=51.0).contains(&p50), "{p50}");
+        assert!((98.0..=100.5).contains(&p99), "{p99}");
+        assert_eq!(Stats::get(&stats.rows_committed), 1000);
     }
 }

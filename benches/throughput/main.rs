@@ -1,0 +1,323 @@
+//! The throughput benchmark: the sink measured against PostgreSQL's own COPY limit on the same
+//! rows, in one run.
+//!
+//! `scripts/bench.sh` (or `cargo bench --bench throughput -- …`) runs it against the services
+//! from `scripts/dev-services.sh`. It prints a table and can write JSON; it asserts no timing.
+
+mod data;
+mod proc;
+mod scenarios;
+mod setup;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use kafka_pg_sink::config::WriteMode;
+use serde::Serialize;
+
+use scenarios::{Measurement, SinkRun, Trickle};
+
+/// Measures the sink against binary COPY and against one transaction per record.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Records in the backlog the sink drains.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// Writer connections of the sink.
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    /// Records for the one-transaction-per-record baseline (default: records / 50).
+    #[arg(long)]
+    naive_records: Option<u64>,
+    /// Seconds of the 1,000 records/s trickle (0 skips it).
+    #[arg(long, default_value_t = 10)]
+    trickle_secs: u64,
+    #[arg(long, default_value_t = 1000)]
+    trickle_rate: u64,
+    /// Scenarios to run, comma-separated: copy, insert, upsert, naive, strategies, trickle.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "copy,insert,upsert,naive,strategies,trickle"
+    )]
+    only: Vec<String>,
+    /// Extra `[batch]` settings for the sink, as TOML lines (e.g. "max_records = 20000").
+    #[arg(long, default_value = "")]
+    batch: String,
+    /// Write the results as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The sink binary (default: the one cargo built with this benchmark).
+    #[arg(long)]
+    sink_bin: Option<PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: String,
+    records: u64,
+    partitions: i32,
+    writers: usize,
+    produce_seconds: f64,
+    results: Vec<Measurement>,
+    ratios: Vec<(String, f64)>,
+    trickle: Option<TrickleReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct TrickleReport {
+    records: u64,
+    rate: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    max_wait_ms: u64,
+    sink_batch_age_p99_ms: Option<f64>,
+}
+
+impl From<Trickle> for TrickleReport {
+    fn from(t: Trickle) -> Self {
+        Self {
+            records: t.records,
+            rate: t.rate,
+            p50_ms: t.p50_ms,
+            p99_ms: t.p99_ms,
+            max_ms: t.max_ms,
+            max_wait_ms: t.max_wait_ms,
+            sink_batch_age_p99_ms: t.sink_batch_age_p99_ms,
+        }
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string())
+        })
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb / 1024 / 1024)
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!("{cpus} cores ({model}), {mem} GiB; Kafka, PostgreSQL and the sink on the same machine")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter("warn")
+        .init();
+    let args = Args::parse();
+    let env = setup::Env::from_env()?;
+    let bin = match &args.sink_bin {
+        Some(b) => b.clone(),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_kafka-pg-sink")),
+    };
+    anyhow::ensure!(
+        bin.exists(),
+        "sink binary {} not found: build it (scripts/bench.sh does)",
+        bin.display()
+    );
+    let n = args.records;
+    let naive_n = args.naive_records.unwrap_or((n / 50).max(1000)).min(n);
+    let say = |m: &str| eprintln!("bench: {m}");
+
+    say("fresh database and topic");
+    let (url, pool) = setup::fresh_database(&env, "kps_bench").await?;
+    let topic = "kps-bench";
+    setup::fresh_topic(&env, topic, args.partitions).await?;
+    say(&format!("producing {n} records"));
+    let produce = setup::produce(&env, topic, n, args.partitions).await?;
+    let payload = scenarios::payload_bytes(n);
+
+    let wants = |name: &str| args.only.iter().any(|o| o == name);
+    let batch = if args.batch.is_empty() {
+        String::new()
+    } else {
+        format!("[batch]\n{}\n", args.batch)
+    };
+    let mut results = Vec::new();
+    let mut ceiling = None;
+    if wants("copy") {
+        say("COPY ceiling");
+        ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload).await?);
+    }
+    let run = |name: &'static str, group: &'static str, mode| SinkRun {
+        name,
+        bin: &bin,
+        url: &url,
+        kafka: &env.kafka,
+        topic,
+        group,
+        mode,
+        writers: args.writers,
+        extra: &batch,
+    };
+    let mut insert = None;
+    if wants("insert") {
+        say("sink, insert mode");
+        insert = Some(
+            scenarios::sink(
+                &run("sink insert", "bench-insert", WriteMode::Insert),
+                &pool,
+                n,
+                payload,
+                true,
+            )
+            .await?,
+        );
+    }
+    let mut upsert = None;
+    if wants("upsert") {
+        say("sink, upsert mode (new keys)");
+        let new_keys = run("sink upsert (new keys)", "bench-upsert", WriteMode::Upsert);
+        upsert = Some(scenarios::sink(&new_keys, &pool, n, payload, true).await?);
+        say("sink, upsert mode (existing keys)");
+        let existing = run(
+            "sink upsert (existing keys)",
+            "bench-upsert-again",
+            WriteMode::Upsert,
+        );
+        results.push(scenarios::sink(&existing, &pool, n, payload, false).await?);
+    }
+    let mut naive = None;
+    if wants("naive") {
+        say(&format!("naive baseline on {naive_n} records"));
+        naive = Some(
+            scenarios::naive(
+                &env,
+                &url,
+                &pool,
+                topic,
+                args.partitions,
+                naive_n,
+                scenarios::payload_bytes(naive_n),
+            )
+            .await?,
+        );
+    }
+    if wants("strategies") {
+        say("upsert strategies without Kafka");
+        results.extend(scenarios::upsert_strategies(&url, &pool, n, 10_000, payload).await?);
+    }
+    let trickle = if wants("trickle") && args.trickle_secs > 0 {
+        say(&format!(
+            "trickle: {} records/s for {} s",
+            args.trickle_rate, args.trickle_secs
+        ));
+        setup::fresh_topic(&env, "kps-bench-trickle", args.partitions).await?;
+        Some(
+            scenarios::trickle(
+                &env,
+                &bin,
+                &url,
+                &pool,
+                "kps-bench-trickle",
+                args.trickle_rate,
+                args.trickle_secs,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
+    let mut ratios = Vec::new();
+    let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
+    if let (Some(c), Some(i)) = (rate(&ceiling), rate(&insert)) {
+        ratios.push(("sink insert / COPY".to_string(), i / c));
+        if let Some(steady) = insert.as_ref().and_then(|m| m.steady_rows_per_sec) {
+            ratios.push(("sink insert (steady) / COPY".to_string(), steady / c));
+        }
+    }
+    if let (Some(c), Some(u)) = (rate(&ceiling), rate(&upsert)) {
+        ratios.push(("sink upsert / COPY".to_string(), u / c));
+    }
+    if let (Some(i), Some(nv)) = (rate(&insert), rate(&naive)) {
+        ratios.push(("sink insert / naive".to_string(), i / nv));
+    }
+    let mut ordered: Vec<Measurement> = [ceiling, insert, upsert].into_iter().flatten().collect();
+    ordered.append(&mut results);
+    ordered.extend(naive);
+    let results = ordered;
+    let report = Report {
+        machine: machine(),
+        records: n,
+        partitions: args.partitions,
+        writers: args.writers,
+        produce_seconds: produce.as_secs_f64(),
+        results,
+        ratios,
+        trickle: trickle.map(Into::into),
+    };
+    print_report(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        say(&format!("wrote {}", path.display()));
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "\nkafka-pg-sink benchmark: {} records of ~{} bytes JSON, {} partitions, {} writers",
+        r.records, 200, r.partitions, r.writers
+    );
+    println!("machine: {}", r.machine);
+    println!("(producing the backlog took {:.1} s)\n", r.produce_seconds);
+    println!(
+        "{:<34} {:>9} {:>8} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8}",
+        "scenario", "rows", "seconds", "rows/s", "MB/s", "p50 ms", "p99 ms", "RSS MiB", "CPU s"
+    );
+    let opt =
+        |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+    for m in &r.results {
+        println!(
+            "{:<34} {:>9} {:>8.2} {:>11.0} {:>8.1} {:>9} {:>9} {:>9} {:>8}",
+            m.name,
+            m.rows,
+            m.seconds,
+            m.rows_per_sec,
+            m.mb_per_sec,
+            opt(m.commit_p50_ms, 1),
+            opt(m.commit_p99_ms, 1),
+            opt(m.peak_rss_mib, 1),
+            opt(m.cpu_seconds, 1),
+        );
+    }
+    println!();
+    for (name, ratio) in &r.ratios {
+        println!("{name:<34} {ratio:>8.2}x");
+    }
+    if let Some(t) = &r.trickle {
+        println!(
+            "\ntrickle {} records at {}/s: produce→row p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (max_wait {} ms; sink batch age p99 {})",
+            t.records,
+            t.rate,
+            t.p50_ms,
+            t.p99_ms,
+            t.max_ms,
+            t.max_wait_ms,
+            opt(t.sink_batch_age_p99_ms, 0)
+        );
+    }
+}

@@ -1,0 +1,586 @@
+//! The measured scenarios. Each returns a `Measurement`; none asserts a time.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use kafka_pg_sink::config::{MetadataColumns, RecordFormat, TopicSettings, WriteMode};
+use kafka_pg_sink::mapping::{RecordView, TopicMapper};
+use kafka_pg_sink::schema;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+use sqlx::{Connection, Executor, PgConnection, PgPool};
+
+use crate::data;
+use crate::proc;
+use crate::setup::Env;
+
+/// One scenario's result.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Measurement {
+    pub name: String,
+    pub rows: u64,
+    pub seconds: f64,
+    pub rows_per_sec: f64,
+    /// JSON payload megabytes per second (the same bytes for every scenario).
+    pub mb_per_sec: f64,
+    pub commit_p50_ms: Option<f64>,
+    pub commit_p99_ms: Option<f64>,
+    pub peak_rss_mib: Option<f64>,
+    pub cpu_seconds: Option<f64>,
+    /// Rows/s from the first committed batch to the last (without start-up and group join).
+    pub steady_rows_per_sec: Option<f64>,
+    pub note: String,
+}
+
+impl Measurement {
+    fn new(name: &str, rows: u64, payload_bytes: u64, elapsed: Duration) -> Self {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        Self {
+            name: name.into(),
+            rows,
+            seconds: secs,
+            rows_per_sec: rows as f64 / secs,
+            mb_per_sec: payload_bytes as f64 / secs / 1e6,
+            ..Default::default()
+        }
+    }
+}
+
+/// Total JSON bytes of orders `0..n`.
+pub fn payload_bytes(n: u64) -> u64 {
+    (0..n).map(|i| data::order(i).len() as u64).sum()
+}
+
+fn topic_settings(name: &str, table: &str, mode: WriteMode) -> TopicSettings {
+    TopicSettings {
+        name: name.into(),
+        table: table.into(),
+        schema: "public".into(),
+        format: RecordFormat::Json,
+        mode,
+        key: vec![],
+        metadata: MetadataColumns::default(),
+    }
+}
+
+/// Encodes orders `0..n` with the sink's own mapping into binary COPY data, in chunks of
+/// `chunk` rows (upsert chunks carry the ordinal column the staging table has).
+async fn encode_rows(
+    pool: &PgPool,
+    n: u64,
+    chunk: u64,
+    mode: WriteMode,
+) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
+    let table = Arc::new(schema::describe(pool, "public", "bench_orders").await?);
+    let mapper = TopicMapper::new(&topic_settings("bench", "bench_orders", mode), table)?;
+    let mut chunks = Vec::new();
+    let mut columns = Vec::new();
+    let mut rows = mapper.new_rows();
+    for i in 0..n {
+        let value = data::order(i);
+        let record = RecordView {
+            topic: "bench",
+            partition: 0,
+            offset: i as i64,
+            timestamp: None,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        };
+        mapper
+            .encode(&record, &mut rows)
+            .map_err(|e| anyhow::anyhow!("encoding order {i}: {e:?}"))?;
+        if (i + 1) % chunk == 0 || i + 1 == n {
+            let full = std::mem::replace(&mut rows, mapper.new_rows());
+            for (cols, buffer) in full.shapes {
+                columns = cols
+                    .iter()
+                    .map(|&c| mapper.table().columns[c as usize].name.clone())
+                    .collect();
+                chunks.push(buffer.finish());
+            }
+        }
+    }
+    Ok((chunks, columns))
+}
+
+/// The limit: the same rows, binary COPY in one stream, one transaction, no Kafka.
+pub async fn copy_ceiling(
+    url: &str,
+    pool: &PgPool,
+    n: u64,
+    payload: u64,
+) -> anyhow::Result<Measurement> {
+    pool.execute("TRUNCATE bench_orders").await?;
+    let (chunks, columns) = encode_rows(pool, n, 10_000, WriteMode::Insert).await?;
+    let statement = format!(
+        "COPY bench_orders ({}) FROM STDIN (FORMAT binary)",
+        columns
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // One stream: strip each chunk's header and trailer and send them as one COPY.
+    let header = 19;
+    let mut conn = PgConnection::connect(url).await?;
+    let started = Instant::now();
+    let mut tx = conn.begin().await?;
+    let mut copy = tx.copy_in_raw(&statement).await?;
+    let last = chunks.len() - 1;
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let start = if i == 0 { 0 } else { header };
+        let end = if i == last {
+            chunk.len()
+        } else {
+            chunk.len() - 2
+        };
+        copy.send(chunk.slice(start..end)).await?;
+    }
+    copy.finish().await?;
+    tx.commit().await?;
+    let elapsed = started.elapsed();
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_orders")
+        .fetch_one(pool)
+        .await?;
+    anyhow::ensure!(count as u64 == n, "COPY wrote {count} rows, expected {n}");
+    let mut m = Measurement::new("COPY ceiling (1 stream)", n, payload, elapsed);
+    m.note = "binary COPY of pre-encoded rows, one transaction, no Kafka".into();
+    Ok(m)
+}
+
+/// Upsert without Kafka, batches of `batch` rows: COPY into staging + one merge (what the sink
+/// does) against INSERT … SELECT FROM UNNEST(…) ON CONFLICT, on the same rows.
+pub async fn upsert_strategies(
+    url: &str,
+    pool: &PgPool,
+    n: u64,
+    batch: u64,
+    payload: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+
+    pool.execute("TRUNCATE bench_orders").await?;
+    let (chunks, columns) = encode_rows(pool, n, batch, WriteMode::Upsert).await?;
+    let mut conn = PgConnection::connect(url).await?;
+    conn.execute(
+        "CREATE TEMP TABLE stage ON COMMIT DELETE ROWS AS SELECT * FROM bench_orders WITH NO DATA;
+         ALTER TABLE stage ADD COLUMN __kps_ord bigint",
+    )
+    .await?;
+    let cols = columns
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let copy_sql = format!("COPY stage ({cols}, __kps_ord) FROM STDIN (FORMAT binary)");
+    let updates = columns
+        .iter()
+        .filter(|c| *c != "id")
+        .map(|c| format!("\"{c}\" = EXCLUDED.\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let merge_sql = format!(
+        "INSERT INTO bench_orders ({cols}) SELECT DISTINCT ON (id) {cols} FROM stage ORDER BY id, __kps_ord DESC \
+         ON CONFLICT (id) DO UPDATE SET {updates}"
+    );
+    let started = Instant::now();
+    for chunk in chunks {
+        let mut tx = conn.begin().await?;
+        let mut copy = tx.copy_in_raw(&copy_sql).await?;
+        copy.send(chunk).await?;
+        copy.finish().await?;
+        tx.execute(merge_sql.as_str()).await?;
+        tx.commit().await?;
+    }
+    let mut m = Measurement::new(
+        "upsert: COPY staging + merge",
+        n,
+        payload,
+        started.elapsed(),
+    );
+    m.note = format!("batches of {batch}, new keys, no Kafka");
+    out.push(m);
+
+    pool.execute("TRUNCATE bench_orders").await?;
+    let unnest_sql = format!(
+        "INSERT INTO bench_orders ({cols})
+         SELECT DISTINCT ON (id) id, customer, amount, currency, status, created_at, attrs
+           FROM UNNEST($1::text[], $2::text[], $3::numeric[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
+                WITH ORDINALITY AS u(id, customer, amount, currency, status, created_at, attrs, ord)
+          ORDER BY id, ord DESC
+         ON CONFLICT (id) DO UPDATE SET {updates}"
+    );
+    anyhow::ensure!(
+        cols == "\"id\", \"customer\", \"amount\", \"currency\", \"status\", \"created_at\", \"attrs\"",
+        "the UNNEST statement assumes the table's column order"
+    );
+    // Build every batch's arrays first: like the staging path's encoding, it is not timed.
+    let mut batches = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let end = (i + batch).min(n);
+        let mut arrays: [Vec<String>; 7] = Default::default();
+        for j in i..end {
+            let v: serde_json::Value = serde_json::from_str(&data::order(j))?;
+            for (k, name) in [
+                "id",
+                "customer",
+                "amount",
+                "currency",
+                "status",
+                "created_at",
+            ]
+            .iter()
+            .enumerate()
+            {
+                arrays[k].push(v[name].as_str().unwrap_or_default().to_string());
+            }
+            arrays[6].push(v["attrs"].to_string());
+        }
+        batches.push(arrays);
+        i = end;
+    }
+    let started = Instant::now();
+    for arrays in batches {
+        let mut tx = conn.begin().await?;
+        let [a0, a1, a2, a3, a4, a5, a6] = arrays;
+        sqlx::query(&unnest_sql)
+            .bind(a0)
+            .bind(a1)
+            .bind(a2)
+            .bind(a3)
+            .bind(a4)
+            .bind(a5)
+            .bind(a6)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+    }
+    let mut m = Measurement::new(
+        "upsert: INSERT … FROM UNNEST",
+        n,
+        payload,
+        started.elapsed(),
+    );
+    m.note = format!("batches of {batch}, new keys, no Kafka; text arrays cast by the server");
+    out.push(m);
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_orders")
+        .fetch_one(pool)
+        .await?;
+    anyhow::ensure!(count as u64 == n, "UNNEST wrote {count} rows, expected {n}");
+    Ok(out)
+}
+
+/// Options of one run of the real sink binary.
+pub struct SinkRun<'a> {
+    pub name: &'a str,
+    pub bin: &'a Path,
+    pub url: &'a str,
+    pub kafka: &'a str,
+    pub topic: &'a str,
+    pub group: &'a str,
+    pub mode: WriteMode,
+    pub writers: usize,
+    pub extra: &'a str,
+}
+
+/// Runs the sink until `kafka_offsets` reaches the end offsets (`n` records in all).
+pub async fn sink(
+    run: &SinkRun<'_>,
+    pool: &PgPool,
+    n: u64,
+    payload: u64,
+    truncate: bool,
+) -> anyhow::Result<Measurement> {
+    if truncate {
+        pool.execute("TRUNCATE bench_orders").await?;
+    }
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("bench.toml");
+    let mode = match run.mode {
+        WriteMode::Insert => "insert",
+        WriteMode::Upsert => "upsert",
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
+             [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n\
+             [[topics]]\nname = \"{}\"\ntable = \"bench_orders\"\nmode = \"{mode}\"\n",
+            run.kafka, run.group, run.url, run.writers, run.extra, run.topic
+        ),
+    )?;
+    let log_path = dir.path().join("sink.log");
+    let started = Instant::now();
+    let mut child = Command::new(run.bin)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()
+        .with_context(|| format!("starting {}", run.bin.display()))?;
+    let pid = child.id();
+    let mut first_commit = None;
+    let mut peak = 0u64;
+    let deadline = started + Duration::from_secs(600 + n / 1000);
+    loop {
+        let done: Option<i64> = sqlx::query_scalar(
+            "SELECT sum(next_offset)::int8 FROM kafka_offsets WHERE consumer_group = $1",
+        )
+        .bind(run.group)
+        .fetch_one(pool)
+        .await?;
+        let done = done.unwrap_or(0) as u64;
+        if done > 0 && first_commit.is_none() {
+            first_commit = Some(Instant::now());
+        }
+        peak = peak.max(proc::peak_rss(pid).unwrap_or(0));
+        if done >= n {
+            break;
+        }
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!(
+                "the sink exited ({status}) before draining; log: {}",
+                std::fs::read_to_string(&log_path)?
+            );
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the sink did not drain in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    let steady = first_commit.map(|t| t.elapsed());
+    let cpu = proc::cpu_seconds(pid);
+    peak = peak.max(proc::peak_rss(pid).unwrap_or(0));
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "the sink did not stop cleanly: {status}");
+    let summary = BufReader::new(std::fs::File::open(&log_path)?)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|v| v["message"] == "summary");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_orders")
+        .fetch_one(pool)
+        .await?;
+    anyhow::ensure!(
+        count as u64 == n,
+        "the sink left {count} rows, expected {n}"
+    );
+
+    let mut m = Measurement::new(run.name, n, payload, elapsed);
+    m.peak_rss_mib = Some(peak as f64 / (1024.0 * 1024.0));
+    m.cpu_seconds = cpu;
+    // Too short a window (a tiny run drains between two polls) says nothing.
+    m.steady_rows_per_sec = steady
+        .filter(|s| *s > Duration::from_millis(500))
+        .map(|s| n as f64 / s.as_secs_f64());
+    if let Some(s) = summary {
+        m.commit_p50_ms = s["commit_p50_ms"].as_f64();
+        m.commit_p99_ms = s["commit_p99_ms"].as_f64();
+    }
+    m.note = format!(
+        "real binary, {} writers, end to end from process start",
+        run.writers
+    );
+    Ok(m)
+}
+
+/// The pattern most teams write first: one transaction per record (row + offset upsert).
+pub async fn naive(
+    env: &Env,
+    url: &str,
+    pool: &PgPool,
+    topic: &str,
+    partitions: i32,
+    n: u64,
+    payload: u64,
+) -> anyhow::Result<Measurement> {
+    pool.execute("TRUNCATE bench_orders").await?;
+    let consumer: BaseConsumer = env
+        .kafka_config()
+        .set("group.id", "kps-bench-naive")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut conn = PgConnection::connect(url).await?;
+    let insert =
+        "INSERT INTO bench_orders (id, customer, amount, currency, status, created_at, attrs)
+                  VALUES ($1, $2, $3::numeric, $4, $5, $6::timestamptz, $7::jsonb)";
+    let offset = "INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset)
+                  VALUES ('naive', $1, $2, $3)
+                  ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset";
+    let started = Instant::now();
+    let mut done = 0;
+    while done < n {
+        let Some(message) = consumer.poll(Duration::from_secs(10)) else {
+            anyhow::bail!("no record within 10 s after {done}");
+        };
+        let message = message?;
+        let v: serde_json::Value = serde_json::from_slice(message.payload().unwrap_or_default())?;
+        let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+        let mut tx = conn.begin().await?;
+        sqlx::query(insert)
+            .bind(s("id"))
+            .bind(s("customer"))
+            .bind(s("amount"))
+            .bind(s("currency"))
+            .bind(s("status"))
+            .bind(s("created_at"))
+            .bind(v["attrs"].to_string())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(offset)
+            .bind(message.topic())
+            .bind(message.partition())
+            .bind(message.offset() + 1)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        done += 1;
+    }
+    let mut m = Measurement::new(
+        "naive: 1 transaction per record",
+        n,
+        payload,
+        started.elapsed(),
+    );
+    m.note = format!("{n} records (a slice), one connection");
+    Ok(m)
+}
+
+/// Latency under a trickle: records produced at `rate`/s for `secs` while the sink runs with
+/// its shipped settings; from produce (record timestamp) to row written, measured in SQL.
+pub struct Trickle {
+    pub records: u64,
+    pub rate: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub max_wait_ms: u64,
+    pub sink_batch_age_p99_ms: Option<f64>,
+}
+
+pub async fn trickle(
+    env: &Env,
+    bin: &Path,
+    url: &str,
+    pool: &PgPool,
+    topic: &str,
+    rate: u64,
+    secs: u64,
+) -> anyhow::Result<Trickle> {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let group = format!("kps-bench-trickle-{}", std::process::id());
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("trickle.toml");
+    let settings = kafka_pg_sink::config::BatchSettings::default();
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{group}\"\n[postgres]\nurl = \"{url}\"\n\
+             [log]\nformat = \"json\"\n[[topics]]\nname = \"{topic}\"\ntable = \"bench_trickle\"\n\
+             [topics.metadata]\ntimestamp = \"kafka_ts\"\n",
+            env.kafka
+        ),
+    )?;
+    let log_path = dir.path().join("sink.log");
+    let mut child = Command::new(bin)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()?;
+    // Wait for the assignment, so start-up does not count as latency.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log_path)?.contains("assigned") {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the trickle sink was never assigned partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let producer: FutureProducer = env
+        .kafka_config()
+        .set("linger.ms", "0")
+        .set("acks", "all")
+        .create()?;
+    let total = rate * secs;
+    let started = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..total {
+        // Pace to the wall clock: record i is due at i / rate seconds.
+        let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let (key, value) = (data::key(i), data::order(i));
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let record = FutureRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .timestamp(now_ms);
+        pending.push(producer.send_result(record).map_err(|(e, _)| e)?);
+    }
+    for d in pending {
+        d.await?.map_err(|(e, _)| e)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_trickle")
+            .fetch_one(pool)
+            .await?;
+        if count as u64 >= total {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "trickle: only {count} of {total} rows arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    child.wait()?;
+    let (p50, p99, max): (f64, f64, f64) = sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms)
+           FROM (SELECT (extract(epoch FROM written_at - kafka_ts) * 1000)::float8 AS ms FROM bench_trickle) l",
+    )
+    .fetch_one(pool)
+    .await?;
+    let age = BufReader::new(std::fs::File::open(&log_path)?)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|v| v["message"] == "summary")
+        .and_then(|s| s["batch_age_p99_ms"].as_f64());
+    Ok(Trickle {
+        records: total,
+        rate,
+        p50_ms: p50,
+        p99_ms: p99,
+        max_ms: max,
+        max_wait_ms: settings.max_wait.as_millis() as u64,
+        sink_batch_age_p99_ms: age,
+    })
+}
