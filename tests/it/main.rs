@@ -4,6 +4,7 @@
 mod cli;
 mod crash;
 mod delivery;
+mod faults;
 mod helpers;
 mod mapping;
 mod rebalance;

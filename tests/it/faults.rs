@@ -1,0 +1,66 @@
+//! Failed transactions: whatever a failure interrupts, nothing is lost or written twice.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::{produce_orders, producer, TestTopic};
+use crate::helpers::services::services;
+use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::*;
+
+const RECORDS: i64 = 40_000;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(4).await;
+    produce_orders(&producer(), &topic, 0, RECORDS).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.max_records = 250;
+    let mut sink = Sink::start(&config, "sink");
+
+    // A second session ends the sink's sessions in this database over and over, as a
+    // failover or an administrator would: transactions die before, during and after COPY.
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&services().admin_url)
+        .await
+        .unwrap();
+    let mut killed = 0i64;
+    for _ in 0..20 {
+        if db.count("orders").await >= RECORDS {
+            break;
+        }
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
+        )
+        .bind(&db.name)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        killed += n;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        killed > 0,
+        "no transaction was interrupted: the test proved nothing"
+    );
+
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    assert_exactly_once(&db, "orders", RECORDS).await;
+    assert_rows_match_offsets(&db, "orders", &config.group, &topic.name).await;
+    assert_offset_history_is_a_chain(&db).await;
+    let logs = sink.logs();
+    assert!(
+        logs.contains("rewound to stored offsets"),
+        "{}",
+        sink.logs_tail(40)
+    );
+    assert!(sink.stop().success());
+}
