@@ -1,7 +1,7 @@
 //! Batches: records encoded for COPY, accumulated per writer until a limit closes them.
 //!
-//! A sealed batch is everything one transaction needs: the fenced offset advances and the rows,
-//! already in the bytes COPY reads.
+//! A sealed batch is everything one transaction needs: the fenced offset advances, the rows
+//! already in the bytes COPY reads, and the statements that apply staged upserts and deletes.
 
 use std::time::Instant;
 
@@ -14,22 +14,15 @@ use crate::schema::{quote_ident, Table};
 /// The ordinal column of staging tables: a record's position in its batch.
 const ORDINAL: &str = "__kps_ord";
 
-/// One COPY statement and its data, and for upserts the statement that merges the staged rows.
-pub struct CopyChunk {
-    pub statement: String,
-    pub data: Bytes,
-    pub rows: usize,
-    pub merge: Option<Merge>,
-}
-
-/// Upsert: rows are copied into a session-local staging table, then merged in one statement
-/// that keeps the last record per key.
-pub struct Merge {
-    /// Name of the staging table; a writer creates it once per connection.
-    pub staging: String,
-    /// Creates the staging table (run once per connection).
-    pub create: [String; 2],
-    pub statement: String,
+/// What one table receives in a transaction.
+pub struct TableWrite {
+    /// Statements that prepare the session (temporary staging tables), run once per
+    /// connection; the name identifies them.
+    pub setup: Option<(String, Vec<String>)>,
+    /// COPY statements and their data.
+    pub copies: Vec<(String, Bytes)>,
+    /// Statements run after the copies (upsert merges and deletes).
+    pub statements: Vec<String>,
 }
 
 /// What one transaction writes; built by the consumer thread, consumed by a writer.
@@ -37,9 +30,10 @@ pub struct Batch {
     pub id: u64,
     pub lane: usize,
     pub offsets: Vec<OffsetAdvance>,
-    pub copies: Vec<CopyChunk>,
-    /// Records consumed (each is a row today; later some may be offset-only).
+    pub writes: Vec<TableWrite>,
+    /// Records consumed.
     pub records: usize,
+    /// Rows copied (upserted or inserted) and keys deleted.
     pub rows: usize,
     pub bytes: usize,
     pub opened_at: Instant,
@@ -62,7 +56,7 @@ impl Batch {
 /// The batch a writer lane is filling.
 #[derive(Default)]
 pub struct OpenBatch {
-    /// Indexed by table number; created on a table's first record.
+    /// Indexed by route; created on a route's first record.
     tables: Vec<Option<TableRows>>,
     pub records: usize,
     pub bytes: usize,
@@ -74,12 +68,12 @@ impl OpenBatch {
         self.records == 0
     }
 
-    /// The rows for `table_idx`, created on first use.
-    pub fn table_rows(&mut self, table_idx: usize, mapper: &TopicMapper) -> &mut TableRows {
-        if self.tables.len() <= table_idx {
-            self.tables.resize_with(table_idx + 1, || None);
+    /// The rows for `route`, created on first use.
+    pub fn table_rows(&mut self, route: usize, mapper: &TopicMapper) -> &mut TableRows {
+        if self.tables.len() <= route {
+            self.tables.resize_with(route + 1, || None);
         }
-        self.tables[table_idx].get_or_insert_with(|| mapper.new_rows())
+        self.tables[route].get_or_insert_with(|| mapper.new_rows())
     }
 
     /// Counts a record that has been encoded into this batch.
@@ -97,41 +91,19 @@ impl OpenBatch {
     /// Turns the open batch into a sealed one and starts over.
     pub fn seal(&mut self, id: u64, lane: usize, offsets: Vec<OffsetAdvance>) -> Batch {
         let open = std::mem::take(self);
-        let mut copies = Vec::new();
+        let mut writes = Vec::new();
         let mut rows = 0;
         for table_rows in open.tables.into_iter().flatten() {
-            let table = &table_rows.table;
-            for (columns, buffer) in table_rows.shapes {
-                if buffer.is_empty() {
-                    continue;
-                }
-                let names: Vec<String> = columns
-                    .iter()
-                    .map(|&i| quote_ident(&table.columns[i as usize].name))
-                    .collect();
-                let (statement, merge) = match &table_rows.upsert_keys {
-                    None => (copy_statement(&table.qualified(), &names), None),
-                    Some(keys) => {
-                        let merge = merge_plan(table, &columns, keys);
-                        let mut staged = names.clone();
-                        staged.push(quote_ident(ORDINAL));
-                        (copy_statement(&merge.staging, &staged), Some(merge))
-                    }
-                };
-                rows += buffer.rows();
-                copies.push(CopyChunk {
-                    statement,
-                    rows: buffer.rows(),
-                    data: buffer.finish(),
-                    merge,
-                });
+            rows += table_rows.rows();
+            if let Some(write) = table_write(table_rows) {
+                writes.push(write);
             }
         }
         Batch {
             id,
             lane,
             offsets,
-            copies,
+            writes,
             records: open.records,
             rows,
             bytes: open.bytes,
@@ -140,52 +112,171 @@ impl OpenBatch {
     }
 }
 
+/// The statements for one table's rows: plain COPYs in insert mode; COPYs into staging tables
+/// and the merge and delete in upsert mode.
+fn table_write(rows: TableRows) -> Option<TableWrite> {
+    let table = rows.table.clone();
+    let names = |columns: &[u16]| -> Vec<String> {
+        columns
+            .iter()
+            .map(|&i| quote_ident(&table.columns[i as usize].name))
+            .collect()
+    };
+    let Some(keys) = rows.upsert_keys.clone() else {
+        let copies: Vec<(String, Bytes)> = rows
+            .shapes
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(columns, buffer)| {
+                (
+                    copy_statement(&table.qualified(), &names(&columns)),
+                    buffer.finish(),
+                )
+            })
+            .collect();
+        return (!copies.is_empty()).then_some(TableWrite {
+            setup: None,
+            copies,
+            statements: Vec::new(),
+        });
+    };
+    let staging = Staging::of(&table);
+    let key_names = names(&keys);
+    let mut copies = Vec::new();
+    let mut statements = Vec::new();
+    let upsert_columns = rows
+        .shapes
+        .iter()
+        .find(|(_, b)| !b.is_empty())
+        .map(|(c, _)| c.clone());
+    let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.is_empty());
+    for (columns, buffer) in rows.shapes {
+        if !buffer.is_empty() {
+            let mut cols = names(&columns);
+            cols.push(quote_ident(ORDINAL));
+            copies.push((copy_statement(&staging.upserts, &cols), buffer.finish()));
+        }
+    }
+    if let Some(deletes) = rows.deletes.filter(|d| !d.is_empty()) {
+        let mut cols = key_names.clone();
+        cols.push(quote_ident(ORDINAL));
+        copies.push((copy_statement(&staging.deletes, &cols), deletes.finish()));
+    }
+    if copies.is_empty() {
+        return None;
+    }
+    let key_match = |a: &str, b: &str| {
+        key_names
+            .iter()
+            .map(|k| format!("{a}.{k} = {b}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let ord = quote_ident(ORDINAL);
+    let keys_list = key_names.join(", ");
+    if has_deletes {
+        // A key whose last record in the batch is a delete loses its row; one whose last
+        // record is an upsert keeps it (merged below).
+        statements.push(format!(
+            "DELETE FROM {target} t USING (SELECT DISTINCT ON ({keys_list}) {keys_list}, {ord} FROM {del} \
+             ORDER BY {keys_list}, {ord} DESC) d WHERE {t_d} \
+             AND NOT EXISTS (SELECT 1 FROM {ups} s WHERE {s_d} AND s.{ord} > d.{ord})",
+            target = table.qualified(),
+            del = staging.deletes,
+            ups = staging.upserts,
+            t_d = key_match("t", "d"),
+            s_d = key_match("s", "d"),
+        ));
+    }
+    if let Some(columns) = upsert_columns {
+        let cols = names(&columns);
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !keys.contains(c))
+            .map(|&c| {
+                format!(
+                    "{0} = EXCLUDED.{0}",
+                    quote_ident(&table.columns[c as usize].name)
+                )
+            })
+            .collect();
+        let action = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let superseded = if has_deletes {
+            format!(
+                " WHERE NOT EXISTS (SELECT 1 FROM {del} d WHERE {s_d} AND d.{ord} > s.{ord})",
+                del = staging.deletes,
+                s_d = key_match("s", "d"),
+            )
+        } else {
+            String::new()
+        };
+        statements.push(format!(
+            "INSERT INTO {target} ({cols}) SELECT {cols} FROM \
+             (SELECT DISTINCT ON ({keys_list}) * FROM {ups} ORDER BY {keys_list}, {ord} DESC) s{superseded} \
+             ON CONFLICT ({keys_list}) {action}",
+            target = table.qualified(),
+            cols = cols.join(", "),
+            ups = staging.upserts,
+        ));
+    }
+    // Another topic may stage rows for the same table in this transaction.
+    statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
+    Some(TableWrite {
+        setup: Some((staging.upserts.clone(), staging.create(&table, &key_names))),
+        copies,
+        statements,
+    })
+}
+
+/// Session-local staging tables of one target table.
+struct Staging {
+    upserts: String,
+    deletes: String,
+}
+
+impl Staging {
+    fn of(table: &Table) -> Self {
+        Self {
+            upserts: format!(
+                "pg_temp.{}",
+                quote_ident(&format!("kps_stage_{}", table.oid))
+            ),
+            deletes: format!(
+                "pg_temp.{}",
+                quote_ident(&format!("kps_delete_{}", table.oid))
+            ),
+        }
+    }
+
+    /// No constraints or defaults in staging: columns a record does not carry are simply not
+    /// merged.
+    fn create(&self, table: &Table, key_names: &[String]) -> Vec<String> {
+        let ord = quote_ident(ORDINAL);
+        vec![
+            format!(
+                "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT * FROM {} WITH NO DATA",
+                self.upserts.trim_start_matches("pg_temp."),
+                table.qualified()
+            ),
+            format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.upserts),
+            format!(
+                "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
+                self.deletes.trim_start_matches("pg_temp."),
+                key_names.join(", "),
+                table.qualified()
+            ),
+            format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.deletes),
+        ]
+    }
+}
+
 fn copy_statement(target: &str, columns: &[String]) -> String {
     format!(
         "COPY {target} ({}) FROM STDIN (FORMAT binary)",
         columns.join(", ")
     )
-}
-
-/// The staging table and the merge for an upsert of `columns` keyed by `keys`.
-fn merge_plan(table: &Table, columns: &[u16], keys: &[u16]) -> Merge {
-    let staging = format!(
-        "pg_temp.{}",
-        quote_ident(&format!("kps_stage_{}", table.oid))
-    );
-    let name = |i: &u16| quote_ident(&table.columns[*i as usize].name);
-    let cols: Vec<String> = columns.iter().map(name).collect();
-    let key_cols: Vec<String> = keys.iter().map(name).collect();
-    let updates: Vec<String> = columns
-        .iter()
-        .filter(|c| !keys.contains(c))
-        .map(|c| format!("{0} = EXCLUDED.{0}", name(c)))
-        .collect();
-    let action = if updates.is_empty() {
-        "DO NOTHING".to_string()
-    } else {
-        format!("DO UPDATE SET {}", updates.join(", "))
-    };
-    let statement = format!(
-        "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {staging} \
-         ORDER BY {keys}, {ord} DESC ON CONFLICT ({keys}) {action}",
-        target = table.qualified(),
-        cols = cols.join(", "),
-        keys = key_cols.join(", "),
-        ord = quote_ident(ORDINAL),
-    );
-    // No constraints or defaults in staging: absent columns are simply not merged.
-    let create = [
-        format!(
-            "CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS SELECT * FROM {target} WITH NO DATA",
-            name = quote_ident(&format!("kps_stage_{}", table.oid)),
-            target = table.qualified(),
-        ),
-        format!("ALTER TABLE {staging} ADD COLUMN IF NOT EXISTS {} bigint", quote_ident(ORDINAL)),
-    ];
-    Merge {
-        staging,
-        create,
-        statement,
-    }
 }

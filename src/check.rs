@@ -6,8 +6,8 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use secrecy::ExposeSecret;
 
-use crate::config::{is_secret_key, redact_url, Settings};
-use crate::mapping::{Source, TopicMapper};
+use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
+use crate::mapping::TopicMapper;
 use crate::{consumer, migrate, schema, startup};
 
 /// Prints what was found; returns an error listing every problem.
@@ -63,65 +63,54 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         }
     };
 
+    let router = crate::routing::Router::new(&settings.topics)?;
     for topic in &settings.topics {
-        let _ = writeln!(
-            out,
-            "topic {:?} -> {}.{}",
-            topic.name, topic.schema, topic.table
-        );
-        if let Some(kafka) = &kafka {
-            match kafka.fetch_metadata(Some(&topic.name), Duration::from_secs(10)) {
-                Ok(md) => match md.topics().first() {
-                    Some(t) if t.error().is_none() => {
-                        let _ = writeln!(out, "  kafka: {} partitions", t.partitions().len());
-                    }
-                    Some(t) => problems.push(format!(
-                        "topic {:?}: {:?} (does it exist?)",
-                        topic.name,
-                        t.error()
-                    )),
-                    None => problems.push(format!(
-                        "topic {:?}: not in the broker's metadata",
-                        topic.name
-                    )),
-                },
-                Err(e) => problems.push(format!(
-                    "cannot reach Kafka at {} for topic {:?}: {e}",
-                    settings.kafka.bootstrap_servers, topic.name
-                )),
-            }
-        }
-        let Some(pool) = &pool else { continue };
-        let table = match schema::describe(pool, &topic.schema, &topic.table).await {
-            Ok(t) => t,
-            Err(e) => {
-                problems.push(format!("topic {:?}: {e}", topic.name));
-                continue;
-            }
-        };
-        match TopicMapper::new(topic, table.into()) {
-            Ok(mapper) => {
-                for (col, source) in mapper.describe() {
-                    let from = match source {
-                        Source::Field => format!("field {:?}", col.name),
-                        Source::Meta(m) => format!("metadata {m:?}").to_lowercase(),
-                    };
-                    let constraint = match (col.not_null, col.has_default) {
-                        (_, true) => "default when absent",
-                        (true, false) => "required",
-                        (false, false) => "NULL when absent",
-                    };
+        // The topics this entry covers: its name, or the existing topics its pattern matches.
+        let names: Vec<String> = match (&topic.name, &kafka) {
+            (Some(name), _) => vec![name.clone()],
+            (None, Some(kafka)) => match kafka.fetch_metadata(None, Duration::from_secs(10)) {
+                Ok(md) => {
+                    let mut names: Vec<String> = md
+                        .topics()
+                        .iter()
+                        .map(|t| t.name().to_string())
+                        .filter(|t| !t.starts_with("__"))
+                        .filter(|t| {
+                            router
+                                .settings_for(t)
+                                .is_some_and(|s| s.pattern == topic.pattern)
+                        })
+                        .collect();
+                    names.sort();
                     let _ = writeln!(
                         out,
-                        "  {:<24} {:<28} <- {from} ({constraint})",
-                        col.name, col.sql_type
+                        "pattern {:?}: {} matching topic(s) now",
+                        topic.label(),
+                        names.len()
                     );
+                    names
                 }
-                for skipped in &mapper.table().skipped {
-                    let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
+                Err(e) => {
+                    problems.push(format!(
+                        "cannot reach Kafka at {}: {e}",
+                        settings.kafka.bootstrap_servers
+                    ));
+                    Vec::new()
                 }
-            }
-            Err(e) => problems.push(e.to_string()),
+            },
+            (None, None) => Vec::new(),
+        };
+        for name in names {
+            check_topic(
+                settings,
+                topic,
+                &name,
+                kafka.as_ref(),
+                pool.as_ref(),
+                &mut out,
+                &mut problems,
+            )
+            .await;
         }
     }
 
@@ -135,5 +124,76 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
             println!("  - {p}");
         }
         anyhow::bail!("{} problem(s) found", problems.len())
+    }
+}
+
+/// One topic: its partitions in Kafka, its table and the mapping onto it.
+async fn check_topic(
+    settings: &Settings,
+    topic: &TopicSettings,
+    name: &str,
+    kafka: Option<&BaseConsumer>,
+    pool: Option<&sqlx::PgPool>,
+    out: &mut String,
+    problems: &mut Vec<String>,
+) {
+    let table_name = crate::routing::table_name(topic, name);
+    let mode = format!("{:?}", topic.write_mode()).to_lowercase();
+    let format = format!("{:?}", topic.format).to_lowercase();
+    let _ = writeln!(
+        out,
+        "topic {name:?} -> {}.{table_name} ({format}, {mode})",
+        topic.schema
+    );
+    if let Some(kafka) = kafka {
+        match kafka.fetch_metadata(Some(name), Duration::from_secs(10)) {
+            Ok(md) => match md.topics().first() {
+                Some(t) if t.error().is_none() => {
+                    let _ = writeln!(out, "  kafka: {} partitions", t.partitions().len());
+                }
+                Some(t) => {
+                    problems.push(format!("topic {name:?}: {:?} (does it exist?)", t.error()))
+                }
+                None => problems.push(format!("topic {name:?}: not in the broker's metadata")),
+            },
+            Err(e) => problems.push(format!(
+                "cannot reach Kafka at {} for topic {name:?}: {e}",
+                settings.kafka.bootstrap_servers
+            )),
+        }
+    }
+    let Some(pool) = pool else { return };
+    let table = match schema::describe(pool, &topic.schema, &table_name).await {
+        Ok(t) => t,
+        Err(e) => {
+            problems.push(format!("topic {name:?}: {e}"));
+            return;
+        }
+    };
+    match TopicMapper::new(topic, table.into()) {
+        Ok(mapper) => {
+            let keys = mapper.key_columns();
+            if !keys.is_empty() {
+                let _ = writeln!(out, "  upsert key: ({})", keys.join(", "));
+            }
+            for (col, source) in mapper.describe() {
+                let constraint = match (col.not_null, col.has_default) {
+                    (_, true) => "default when absent",
+                    (true, false) => "required",
+                    (false, false) => "NULL when absent",
+                };
+                let _ = writeln!(
+                    out,
+                    "  {:<24} {:<28} <- {} ({constraint})",
+                    col.name,
+                    col.sql_type,
+                    source.describe()
+                );
+            }
+            for skipped in &mapper.table().skipped {
+                let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
+            }
+        }
+        Err(e) => problems.push(e.to_string()),
     }
 }

@@ -160,25 +160,82 @@ pub enum LogFormat {
     Json,
 }
 
-/// One subscribed topic and the table its records go to.
+/// One subscribed topic (or a pattern of topics) and the table its records go to.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicSettings {
-    pub name: String,
+    /// The topic's exact name; or give `pattern`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A regular expression: every matching topic, including topics created later.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// The target table; `{topic}` is replaced by the (sanitised) topic name.
     pub table: String,
     #[serde(default = "default_schema")]
     pub schema: String,
+    /// How `{topic}` is turned into a table name.
+    #[serde(default)]
+    pub sanitize: Sanitize,
     #[serde(default)]
     pub format: RecordFormat,
     /// `insert` appends; `upsert` inserts or updates by key, the last record per key winning.
+    /// Unset means insert, or upsert for `debezium`.
     #[serde(default)]
-    pub mode: WriteMode,
+    pub mode: Option<WriteMode>,
     /// Upsert key columns; empty means the table's primary key.
     #[serde(default)]
     pub key: Vec<String>,
+    /// Where the key columns' values come from.
+    #[serde(default)]
+    pub key_from: KeyFrom,
+    /// In upsert mode, a record with a null value (a tombstone) deletes its key's row.
+    #[serde(default)]
+    pub delete_on_tombstone: bool,
+    /// `raw` format: the column that takes the whole value.
+    #[serde(default)]
+    pub raw_column: Option<String>,
+    /// Map every column not otherwise mapped to the value field of the same name.
+    #[serde(default = "default_true")]
+    pub map_by_name: bool,
+    /// Explicit column sources: `"/json/pointer"`, `"key"`, `"key:/pointer"`,
+    /// `"meta:offset"`, `"meta:header:<name>"`, `"default"`, or `{ const = <value> }`.
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnSpec>,
     /// Columns that take the record's Kafka metadata instead of a value field.
     #[serde(default)]
     pub metadata: MetadataColumns,
+}
+
+impl TopicSettings {
+    /// The mode in effect: Debezium change events are always upserts (and deletes).
+    pub fn write_mode(&self) -> WriteMode {
+        match (self.mode, self.format) {
+            (Some(mode), _) => mode,
+            (None, RecordFormat::Debezium) => WriteMode::Upsert,
+            (None, _) => WriteMode::Insert,
+        }
+    }
+
+    /// The name or pattern, for messages.
+    pub fn label(&self) -> String {
+        match (&self.name, &self.pattern) {
+            (Some(name), _) => name.clone(),
+            (None, Some(pattern)) => format!("/{pattern}/"),
+            (None, None) => "<unnamed>".into(),
+        }
+    }
+}
+
+/// An explicit column source: a string spec, or a constant.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum ColumnSpec {
+    Source(String),
+    Const {
+        #[serde(rename = "const")]
+        value: serde_json::Value,
+    },
 }
 
 /// How a record value is decoded.
@@ -188,6 +245,12 @@ pub enum RecordFormat {
     /// A JSON object whose fields map onto columns by name.
     #[default]
     Json,
+    /// The whole value into one column (`raw_column`), untouched.
+    Raw,
+    /// Kafka Connect's JsonConverter envelope `{"schema": …, "payload": …}`.
+    ConnectJson,
+    /// A Debezium change event: `after` is upserted, `op = "d"` deletes `before`'s key.
+    Debezium,
 }
 
 /// How rows reach the table.
@@ -197,6 +260,31 @@ pub enum WriteMode {
     #[default]
     Insert,
     Upsert,
+}
+
+/// Where upsert key columns take their values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyFrom {
+    /// From the value (fields of the same name, or the columns' explicit sources).
+    #[default]
+    Value,
+    /// From the record key: a JSON object's fields by name, or a plain string or number into
+    /// the single key column.
+    Key,
+    /// From the record's topic, partition and offset (the metadata columns).
+    Offset,
+}
+
+/// How `{topic}` becomes part of a table name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sanitize {
+    /// Lower case; anything but letters, digits and `_` becomes `_`; at most 63 bytes.
+    #[default]
+    Snake,
+    /// The topic name as it is (quoted in SQL).
+    None,
 }
 
 /// Column names for record metadata; each is optional.
@@ -255,6 +343,9 @@ fn default_progress_interval() -> Duration {
 }
 fn default_schema() -> String {
     "public".into()
+}
+fn default_true() -> bool {
+    true
 }
 
 /// Overrides given on the command line; they win over file and environment.
@@ -338,14 +429,52 @@ impl Settings {
         }
         let mut seen = std::collections::HashSet::new();
         for topic in &self.topics {
-            if topic.name.is_empty() || topic.table.is_empty() || topic.schema.is_empty() {
+            let label = topic.label();
+            match (&topic.name, &topic.pattern) {
+                (Some(_), Some(_)) => {
+                    return invalid(format!("topic {label}: give name or pattern, not both"))
+                }
+                (None, None) => {
+                    return invalid("every [[topics]] entry needs a name or a pattern".into())
+                }
+                (Some(name), None) if name.is_empty() => {
+                    return invalid("a topic name is empty".into())
+                }
+                (None, Some(pattern)) => {
+                    regex::Regex::new(pattern).map_err(|e| {
+                        ConfigError::Invalid(format!("topic pattern {pattern:?}: {e}"))
+                    })?;
+                }
+                _ => {}
+            }
+            if topic.table.is_empty() || topic.schema.is_empty() {
+                return invalid(format!("topic {label}: table and schema must not be empty"));
+            }
+            if topic.name.is_some() && topic.table.contains("{topic}") {
+                // Fine: the name is known, the template resolves at startup.
+            }
+            if !seen.insert(label.clone()) {
+                return invalid(format!("topic {label} is configured twice"));
+            }
+            let mode = topic.write_mode();
+            if topic.format == RecordFormat::Debezium && mode == WriteMode::Insert {
+                return invalid(format!("topic {label}: format = \"debezium\" applies changes and needs mode = \"upsert\""));
+            }
+            if topic.delete_on_tombstone && mode != WriteMode::Upsert {
                 return invalid(format!(
-                    "topic {:?}: name, table and schema must not be empty",
-                    topic.name
+                    "topic {label}: delete_on_tombstone needs mode = \"upsert\""
                 ));
             }
-            if !seen.insert(topic.name.as_str()) {
-                return invalid(format!("topic {:?} is configured twice", topic.name));
+            if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
+                return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));
+            }
+            match (topic.format, &topic.raw_column) {
+                (RecordFormat::Raw, None) => {
+                    return invalid(format!("topic {label}: format = \"raw\" needs raw_column, the column that takes the value"))
+                }
+                (RecordFormat::Raw, Some(_)) => {}
+                (_, Some(_)) => return invalid(format!("topic {label}: raw_column only applies to format = \"raw\"")),
+                _ => {}
             }
         }
         if self.postgres.writers == 0 || self.postgres.writers > 64 {

@@ -33,6 +33,8 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         // which left the writers idle half of the time.
         .set("queued.max.messages.kbytes", "16384")
         .set("fetch.queue.backoff.ms", "10")
+        // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
+        .set("topic.metadata.refresh.interval.ms", "30000")
         .set(
             "auto.offset.reset",
             match kafka.auto_offset_reset {

@@ -14,6 +14,7 @@ pub mod offsets;
 pub mod pgcopy;
 pub mod pipeline;
 pub mod rebalance;
+pub mod routing;
 pub mod schema;
 pub mod shutdown;
 pub mod startup;

@@ -41,6 +41,11 @@ impl CopyBuffer {
         self.rows == 0
     }
 
+    /// The bytes so far (header and rows, no trailer), for inspection in tests.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Starts a row of `fields` fields and returns a mark to undo it if a field fails.
     pub fn begin_row(&mut self, fields: usize) -> RowMark {
         let mark = RowMark(self.buf.len());

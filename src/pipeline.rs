@@ -19,8 +19,10 @@ use crate::batch::{Batch, OpenBatch};
 use crate::config::{BatchSettings, ResetPolicy};
 use crate::mapping::{EncodeError, RecordView, TopicMapper};
 use crate::offsets::{OffsetAdvance, OffsetStore, StoredOffset, TopicPartition};
+use crate::routing::Router;
 use crate::stats::Stats;
 use crate::writer::{Lane, Outcome, WriteResult};
+use sqlx::PgPool;
 
 /// What the pipeline needs from the Kafka consumer: the few calls that move its position.
 pub trait PartitionControl {
@@ -30,7 +32,7 @@ pub trait PartitionControl {
     fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)>;
 }
 
-/// A configured topic and the mapping of its records.
+/// A topic and the mapping of its records onto its table.
 pub struct Route {
     pub topic: Arc<str>,
     pub mapper: TopicMapper,
@@ -98,6 +100,10 @@ pub enum Fatal {
 pub struct Pipeline {
     routes: Vec<Route>,
     route_index: HashMap<Arc<str>, usize>,
+    /// Finds the settings for topics first seen at assignment (pattern subscriptions).
+    router: Router,
+    /// Describes the tables of such topics.
+    catalog: PgPool,
     partitions: HashMap<(usize, i32), PartitionState>,
     lanes: Vec<LaneState>,
     results: std_mpsc::Receiver<WriteResult>,
@@ -117,6 +123,8 @@ pub struct Pipeline {
 /// Everything the pipeline is built from.
 pub struct PipelineParts {
     pub routes: Vec<Route>,
+    pub router: Router,
+    pub catalog: PgPool,
     pub lanes: Vec<Lane>,
     pub results: std_mpsc::Receiver<WriteResult>,
     pub store: Arc<OffsetStore>,
@@ -149,6 +157,8 @@ impl Pipeline {
         Self {
             routes: parts.routes,
             route_index,
+            router: parts.router,
+            catalog: parts.catalog,
             partitions: HashMap::new(),
             lanes,
             results: parts.results,
@@ -164,8 +174,45 @@ impl Pipeline {
         }
     }
 
-    pub fn topics(&self) -> Vec<&str> {
-        self.routes.iter().map(|r| &*r.topic).collect()
+    /// Topic names and patterns to subscribe to.
+    pub fn subscription(&self) -> Vec<String> {
+        self.router.subscription()
+    }
+
+    /// The route of `topic`, building it on first sight (a topic matched by a pattern):
+    /// its table is described and its mapping checked before any record is read.
+    fn route_for(&mut self, topic: &Arc<str>) -> Result<usize, Fatal> {
+        if let Some(&i) = self.route_index.get(topic) {
+            return Ok(i);
+        }
+        let settings = self
+            .router
+            .settings_for(topic)
+            .ok_or_else(|| {
+                Fatal::Other(format!(
+                    "topic {topic} was assigned but matches no [[topics]] entry"
+                ))
+            })?
+            .clone();
+        let table_name = crate::routing::table_name(&settings, topic);
+        let table = self
+            .runtime
+            .block_on(crate::schema::describe(
+                &self.catalog,
+                &settings.schema,
+                &table_name,
+            ))
+            .map_err(|e| Fatal::Other(format!("topic {topic}: {e}")))?;
+        let mapper = TopicMapper::new(&settings, Arc::new(table))
+            .map_err(|e| Fatal::Other(e.to_string()))?;
+        tracing::info!(%topic, table = %mapper.table(), "new topic routed");
+        self.routes.push(Route {
+            topic: topic.clone(),
+            mapper,
+        });
+        self.route_index
+            .insert(topic.clone(), self.routes.len() - 1);
+        Ok(self.routes.len() - 1)
     }
 
     /// Whether a header list must be built for records of `topic`.
@@ -601,11 +648,15 @@ impl Pipeline {
         tps: &[TopicPartition],
         stop: &dyn Fn() -> bool,
     ) -> Vec<(TopicPartition, Offset)> {
-        let tps: Vec<TopicPartition> = tps
-            .iter()
-            .filter(|tp| self.route_index.contains_key(&tp.topic))
-            .cloned()
-            .collect();
+        let mut routed = Vec::with_capacity(tps.len());
+        for tp in tps {
+            match self.route_for(&tp.topic) {
+                Ok(_) => routed.push(tp.clone()),
+                // Unroutable partitions are not started; the sink stops with the reason.
+                Err(fatal) => self.set_fatal(fatal),
+            }
+        }
+        let tps = routed;
         if tps.is_empty() {
             return Vec::new();
         }

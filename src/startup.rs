@@ -14,6 +14,7 @@ use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, APPLICATION_NAME};
 use crate::pipeline::{Pipeline, PipelineParts, Route};
 use crate::rebalance::SinkContext;
+use crate::routing::{self, Router};
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::writer::{Lane, WriterConfig};
@@ -43,16 +44,19 @@ pub async fn connect_pool(settings: &Settings) -> anyhow::Result<PgPool> {
         })
 }
 
-/// Describes every target table and builds each topic's mapping; fails on the first problem.
+/// Describes the table of every topic named in the configuration and builds its mapping;
+/// fails on the first problem. Pattern topics are routed when they are first assigned.
 pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<Vec<Route>> {
     let mut routes = Vec::new();
     for topic in &settings.topics {
-        let table = schema::describe(pool, &topic.schema, &topic.table)
+        let Some(name) = &topic.name else { continue };
+        let table_name = routing::table_name(topic, name);
+        let table = schema::describe(pool, &topic.schema, &table_name)
             .await
-            .with_context(|| format!("topic {:?}", topic.name))?;
+            .with_context(|| format!("topic {name:?}"))?;
         let mapper = TopicMapper::new(topic, Arc::new(table))?;
         routes.push(Route {
-            topic: topic.name.as_str().into(),
+            topic: name.as_str().into(),
             mapper,
         });
     }
@@ -83,6 +87,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         protocol = ?settings.kafka.group_protocol,
         writers = settings.postgres.writers,
         tables = ?routes.iter().map(|r| format!("{} -> {}", r.topic, r.mapper.table())).collect::<Vec<_>>(),
+        patterns = ?settings.topics.iter().filter_map(|t| t.pattern.as_deref()).collect::<Vec<_>>(),
         "starting"
     );
     let store = Arc::new(OffsetStore::new(
@@ -107,8 +112,11 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     let stats = Arc::new(Stats::default());
     let summary = stats.clone();
     stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone());
+    let router = Router::new(&settings.topics)?;
     let pipeline = Pipeline::new(PipelineParts {
         routes,
+        router,
+        catalog: pool.clone(),
         lanes,
         results: results_rx,
         store,
@@ -117,7 +125,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         reset: settings.kafka.auto_offset_reset,
         stats,
     });
-    let topics: Vec<String> = pipeline.topics().into_iter().map(String::from).collect();
+    let topics = pipeline.subscription();
     let context = SinkContext::new(pipeline, shutdown.clone());
     let consumer: BaseConsumer<SinkContext> = consumer::client_config(&settings.kafka)
         .create_with_context(context)

@@ -176,27 +176,29 @@ async fn write(
             expected: batch.offsets.len(),
         });
     }
-    for chunk in &batch.copies {
-        if let Some(merge) = &chunk.merge {
-            if !staged.contains(&merge.staging) {
-                for statement in &merge.create {
+    for write in &batch.writes {
+        if let Some((id, setup)) = &write.setup {
+            if !staged.contains(id) {
+                for statement in setup {
                     sqlx::query(statement)
                         .persistent(false)
                         .execute(&mut *tx)
                         .await
                         .map_err(classify)?;
                 }
-                staged.insert(merge.staging.clone());
+                staged.insert(id.clone());
             }
         }
-        let mut copy = tx.copy_in_raw(&chunk.statement).await.map_err(classify)?;
-        if let Err(e) = copy.send(chunk.data.clone()).await {
-            let _ = copy.abort("send failed").await;
-            return Err(classify(e));
+        for (statement, data) in &write.copies {
+            let mut copy = tx.copy_in_raw(statement).await.map_err(classify)?;
+            if let Err(e) = copy.send(data.clone()).await {
+                let _ = copy.abort("send failed").await;
+                return Err(classify(e));
+            }
+            copy.finish().await.map_err(classify)?;
         }
-        copy.finish().await.map_err(classify)?;
-        if let Some(merge) = &chunk.merge {
-            sqlx::query(&merge.statement)
+        for statement in &write.statements {
+            sqlx::query(statement)
                 .execute(&mut *tx)
                 .await
                 .map_err(classify)?;

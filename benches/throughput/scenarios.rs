@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
-use kafka_pg_sink::config::{MetadataColumns, RecordFormat, TopicSettings, WriteMode};
+use kafka_pg_sink::config::{TopicSettings, WriteMode};
 use kafka_pg_sink::mapping::{RecordView, TopicMapper};
 use kafka_pg_sink::schema;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -58,16 +58,15 @@ pub fn payload_bytes(n: u64) -> u64 {
     (0..n).map(|i| data::order(i).len() as u64).sum()
 }
 
-fn topic_settings(name: &str, table: &str, mode: WriteMode) -> TopicSettings {
-    TopicSettings {
-        name: name.into(),
-        table: table.into(),
-        schema: "public".into(),
-        format: RecordFormat::Json,
-        mode,
-        key: vec![],
-        metadata: MetadataColumns::default(),
-    }
+/// A topic's settings, from TOML as a user writes them.
+fn topic_settings(name: &str, table: &str, mode: WriteMode) -> anyhow::Result<TopicSettings> {
+    use figment::providers::{Format, Toml};
+    let mode = match mode {
+        WriteMode::Insert => "insert",
+        WriteMode::Upsert => "upsert",
+    };
+    let toml = format!("name = \"{name}\"\ntable = \"{table}\"\nmode = \"{mode}\"\n");
+    Ok(figment::Figment::from(Toml::string(&toml)).extract()?)
 }
 
 /// Encodes orders `0..n` with the sink's own mapping into binary COPY data, in chunks of
@@ -79,7 +78,7 @@ async fn encode_rows(
     mode: WriteMode,
 ) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
     let table = Arc::new(schema::describe(pool, "public", "bench_orders").await?);
-    let mapper = TopicMapper::new(&topic_settings("bench", "bench_orders", mode), table)?;
+    let mapper = TopicMapper::new(&topic_settings("bench", "bench_orders", mode)?, table)?;
     let mut chunks = Vec::new();
     let mut columns = Vec::new();
     let mut rows = mapper.new_rows();

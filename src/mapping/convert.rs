@@ -1,0 +1,454 @@
+//! One value into one column's binary COPY form. Each error says what was wrong with the
+//! value; the caller adds the column and the record.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use bytes::{BufMut, BytesMut};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use postgres_types::{ToSql, Type};
+use serde_json::value::RawValue;
+
+use crate::pgcopy::encode_numeric;
+use crate::schema::ColumnType;
+
+/// A value from the record: JSON, or a plain string (a record key that is not JSON).
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    Json(&'a RawValue),
+    Str(&'a str),
+}
+
+impl<'a> Input<'a> {
+    /// JSON text of the value (a plain string is quoted).
+    fn json_text(&self) -> Cow<'a, str> {
+        match self {
+            Input::Json(raw) => Cow::Borrowed(raw.get()),
+            Input::Str(s) => Cow::Owned(serde_json::to_string(s).expect("strings serialise")),
+        }
+    }
+
+    /// The value as a string, if it is one (JSON escapes resolved).
+    fn string(&self) -> Result<Option<Cow<'a, str>>, String> {
+        match self {
+            Input::Str(s) => Ok(Some(Cow::Borrowed(s))),
+            Input::Json(raw) => {
+                let text = raw.get();
+                if !text.starts_with('"') {
+                    return Ok(None);
+                }
+                if !text.contains('\\') {
+                    return Ok(Some(Cow::Borrowed(&text[1..text.len() - 1])));
+                }
+                serde_json::from_str::<String>(text)
+                    .map(|s| Some(Cow::Owned(s)))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The literal text of a non-string JSON value (number, bool, object, array).
+    fn literal(&self) -> Option<&'a str> {
+        match self {
+            Input::Json(raw) if !raw.get().starts_with('"') => Some(raw.get()),
+            _ => None,
+        }
+    }
+
+    fn shown(&self) -> String {
+        abbreviate(&self.json_text())
+    }
+}
+
+/// What a Kafka Connect or Debezium schema says about a field's encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// `org.apache.kafka.connect.data.Decimal`: base64 of a big-endian two's-complement
+    /// unscaled integer.
+    Decimal {
+        scale: u32,
+    },
+    /// `io.debezium.data.VariableScaleDecimal`: `{"scale": s, "value": <base64>}`.
+    VariableDecimal,
+    /// Days since the epoch (Connect and Debezium `Date`).
+    Days,
+    Millis,
+    Micros,
+    Nanos,
+    /// A string that holds JSON text (`io.debezium.data.Json`).
+    JsonText,
+}
+
+/// Encodes `value` with postgres-types into the field being written.
+fn to_sql<T: ToSql>(value: T, ty: &Type, out: &mut BytesMut) -> Result<(), String> {
+    value.to_sql(ty, out).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Writes `input` as column type `ty`. `null` is handled by the caller.
+pub fn encode(
+    ty: ColumnType,
+    input: Input<'_>,
+    hint: Option<Hint>,
+    out: &mut BytesMut,
+) -> Result<(), String> {
+    match hint {
+        Some(Hint::Decimal { scale }) => {
+            let digits = decimal_from_base64(&expect_string(input, "a base64 decimal")?, scale)?;
+            return encode_number_text(ty, &digits, out);
+        }
+        Some(Hint::VariableDecimal) => {
+            let Input::Json(raw) = input else {
+                return Err("expected a {scale, value} decimal".into());
+            };
+            let scale = super::pointer::field(raw, "scale")?.ok_or("decimal without scale")?;
+            let scale: u32 = scale
+                .get()
+                .parse()
+                .map_err(|_| "decimal scale is not a number")?;
+            let value = super::pointer::field(raw, "value")?.ok_or("decimal without value")?;
+            let digits = decimal_from_base64(
+                &expect_string(Input::Json(value), "a base64 decimal")?,
+                scale,
+            )?;
+            return encode_number_text(ty, &digits, out);
+        }
+        Some(Hint::JsonText) if matches!(ty, ColumnType::Json | ColumnType::Jsonb) => {
+            let text = expect_string(input, "a string holding JSON")?;
+            serde_json::from_str::<serde::de::IgnoredAny>(&text)
+                .map_err(|e| format!("not JSON: {e}"))?;
+            return write_json_text(ty, &text, out);
+        }
+        Some(unit @ (Hint::Days | Hint::Millis | Hint::Micros | Hint::Nanos))
+            if matches!(
+                ty,
+                ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
+            ) =>
+        {
+            let n: i64 = input
+                .literal()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| format!("expected an integer, got {}", input.shown()))?;
+            let t = from_epoch(n, unit).ok_or_else(|| format!("{n} is out of range"))?;
+            return write_time(ty, t, out);
+        }
+        _ => {}
+    }
+    match ty {
+        ColumnType::Text => {
+            let s = match input.string()? {
+                Some(s) => s,
+                // Numbers, booleans, objects and arrays keep their JSON text.
+                None => input.json_text(),
+            };
+            check_text(&s)?;
+            out.put_slice(s.as_bytes());
+        }
+        ColumnType::Int2
+        | ColumnType::Int4
+        | ColumnType::Int8
+        | ColumnType::Float4
+        | ColumnType::Float8
+        | ColumnType::Numeric => {
+            let text = match input.string()? {
+                Some(s) => s,
+                None => Cow::Owned(
+                    input
+                        .literal()
+                        .filter(|t| is_json_number(t))
+                        .ok_or_else(|| format!("expected a number, got {}", input.shown()))?
+                        .to_string(),
+                ),
+            };
+            encode_number_text(ty, text.trim(), out)?;
+        }
+        ColumnType::Bool => match (input.literal(), input.string()?.as_deref()) {
+            (Some("true"), _) | (_, Some("true")) => out.put_u8(1),
+            (Some("false"), _) | (_, Some("false")) => out.put_u8(0),
+            _ => return Err(format!("expected true or false, got {}", input.shown())),
+        },
+        ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date => {
+            let t = match input.string()? {
+                Some(s) if ty == ColumnType::Date => parse_date(&s)?,
+                Some(s) => parse_timestamp(&s)?,
+                None => {
+                    let n: i64 = input
+                        .literal()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| {
+                            format!(
+                                "expected an ISO-8601 string or epoch milliseconds, got {}",
+                                input.shown()
+                            )
+                        })?;
+                    // A date given as a small integer counts days (Kafka Connect's Date);
+                    // no real epoch-milliseconds value is that small.
+                    let unit = if ty == ColumnType::Date && n.abs() < 10_000_000 {
+                        Hint::Days
+                    } else {
+                        Hint::Millis
+                    };
+                    from_epoch(n, unit).ok_or_else(|| format!("{n} is out of range"))?
+                }
+            };
+            write_time(ty, t, out)?;
+        }
+        ColumnType::Uuid => {
+            let s = expect_string(input, "a UUID string")?;
+            let id = uuid::Uuid::parse_str(&s).map_err(|e| format!("{s:?} is not a UUID: {e}"))?;
+            out.put_slice(id.as_bytes());
+        }
+        ColumnType::Json | ColumnType::Jsonb => write_json_text(ty, &input.json_text(), out)?,
+        ColumnType::Bytea => {
+            let s = expect_string(input, "a base64 string")?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(s.as_bytes())
+                .map_err(|e| format!("not valid base64: {e}"))?;
+            out.put_slice(&bytes);
+        }
+    }
+    Ok(())
+}
+
+fn expect_string<'a>(input: Input<'a>, what: &str) -> Result<Cow<'a, str>, String> {
+    input
+        .string()?
+        .ok_or_else(|| format!("expected {what}, got {}", input.shown()))
+}
+
+/// A decimal number as text, into any numeric column type.
+fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
+    let bad = || format!("expected a number, got {}", abbreviate(text));
+    match ty {
+        ColumnType::Int2 => {
+            let v = integer_text(text)?;
+            to_sql(
+                i16::try_from(v).map_err(|_| format!("{v} is out of range for smallint"))?,
+                &Type::INT2,
+                out,
+            )
+        }
+        ColumnType::Int4 => {
+            let v = integer_text(text)?;
+            to_sql(
+                i32::try_from(v).map_err(|_| format!("{v} is out of range for integer"))?,
+                &Type::INT4,
+                out,
+            )
+        }
+        ColumnType::Int8 => to_sql(integer_text(text)?, &Type::INT8, out),
+        ColumnType::Float4 => to_sql(float_text(text).ok_or_else(bad)? as f32, &Type::FLOAT4, out),
+        ColumnType::Float8 => to_sql(float_text(text).ok_or_else(bad)?, &Type::FLOAT8, out),
+        ColumnType::Numeric => encode_numeric(text, out).map_err(|e| e.to_string()),
+        ColumnType::Text => {
+            out.put_slice(text.as_bytes());
+            Ok(())
+        }
+        other => Err(format!("a number cannot go into a {other:?} column")),
+    }
+}
+
+fn integer_text(text: &str) -> Result<i64, String> {
+    text.parse::<i64>()
+        .map_err(|_| format!("expected an integer, got {}", abbreviate(text)))
+}
+
+fn float_text(text: &str) -> Option<f64> {
+    match text {
+        "NaN" => Some(f64::NAN),
+        "Infinity" => Some(f64::INFINITY),
+        "-Infinity" => Some(f64::NEG_INFINITY),
+        other if is_json_number(other) => other.parse().ok(),
+        _ => None,
+    }
+}
+
+fn is_json_number(text: &str) -> bool {
+    text.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+}
+
+fn write_json_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
+    check_json_text(text)?;
+    if ty == ColumnType::Jsonb {
+        out.put_u8(1); // jsonb binary format version
+    }
+    out.put_slice(text.as_bytes());
+    Ok(())
+}
+
+fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<(), String> {
+    match ty {
+        ColumnType::Timestamptz => to_sql(t, &Type::TIMESTAMPTZ, out),
+        ColumnType::Timestamp => to_sql(t.naive_utc(), &Type::TIMESTAMP, out),
+        ColumnType::Date => to_sql(t.date_naive(), &Type::DATE, out),
+        _ => to_sql(t.timestamp_millis(), &Type::INT8, out),
+    }
+}
+
+fn from_epoch(n: i64, unit: Hint) -> Option<DateTime<Utc>> {
+    match unit {
+        Hint::Days => NaiveDate::from_ymd_opt(1970, 1, 1)?
+            .checked_add_signed(chrono::Duration::try_days(n)?)
+            .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc()),
+        Hint::Micros => DateTime::from_timestamp_micros(n),
+        Hint::Nanos => Some(DateTime::from_timestamp_nanos(n)),
+        _ => DateTime::from_timestamp_millis(n),
+    }
+}
+
+/// PostgreSQL text cannot hold NUL; catching it here names the field instead of failing the batch.
+pub fn check_text(s: &str) -> Result<(), String> {
+    if s.contains('\0') {
+        return Err("text cannot contain the NUL character (\\u0000)".into());
+    }
+    Ok(())
+}
+
+/// json and jsonb reject `\u0000` escapes; the rest of the text is valid JSON already.
+pub fn check_json_text(text: &str) -> Result<(), String> {
+    if text.contains("\\u0000") {
+        return Err("JSON for json/jsonb cannot contain \\u0000".into());
+    }
+    Ok(())
+}
+
+/// An ISO-8601 timestamp: RFC 3339, a space instead of `T`, or no offset (UTC assumed).
+pub fn parse_timestamp(s: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    for fmt in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"] {
+        if let Ok(t) = DateTime::parse_from_str(s, fmt) {
+            return Ok(t.with_timezone(&Utc));
+        }
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
+            return Ok(t.and_utc());
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
+    }
+    Err(format!("{s:?} is not an ISO-8601 timestamp"))
+}
+
+fn parse_date(s: &str) -> Result<DateTime<Utc>, String> {
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc())
+        .map_err(|_| format!("{s:?} is not an ISO-8601 date (YYYY-MM-DD)"))
+}
+
+/// Decodes Connect's Decimal: base64 of a big-endian two's-complement unscaled integer.
+pub fn decimal_from_base64(b64: &str, scale: u32) -> Result<String, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.as_bytes())
+        .map_err(|e| format!("decimal is not valid base64: {e}"))?;
+    if bytes.len() > 128 {
+        return Err("decimal is too long".into());
+    }
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    // Magnitude of a two's-complement number: invert and add one when negative.
+    let mut magnitude: Vec<u8> = if negative {
+        bytes.iter().map(|b| !b).collect()
+    } else {
+        bytes
+    };
+    if negative {
+        for b in magnitude.iter_mut().rev() {
+            let (v, carry) = b.overflowing_add(1);
+            *b = v;
+            if !carry {
+                break;
+            }
+        }
+    }
+    // Repeated division by 10 of the big-endian bytes.
+    let mut digits = Vec::new();
+    while magnitude.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in magnitude.iter_mut() {
+            let cur = (rem << 8) | *b as u32;
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    let scale = scale as usize;
+    while digits.len() <= scale {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    let mut text = String::with_capacity(digits.len() + 2);
+    if negative {
+        text.push('-');
+    }
+    let point = digits.len() - scale;
+    text.push_str(std::str::from_utf8(&digits[..point]).expect("ascii digits"));
+    if scale > 0 {
+        text.push('.');
+        text.push_str(std::str::from_utf8(&digits[point..]).expect("ascii digits"));
+    }
+    Ok(text)
+}
+
+/// Shortens a value for an error message so a huge field does not flood the log.
+pub fn abbreviate(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_decimals_decode_exactly() {
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        assert_eq!(
+            decimal_from_base64(&b64(&[0x30, 0x39]), 2).unwrap(),
+            "123.45"
+        );
+        assert_eq!(
+            decimal_from_base64(&b64(&[0xcf, 0xc7]), 2).unwrap(),
+            "-123.45"
+        );
+        assert_eq!(decimal_from_base64(&b64(&[0x05]), 3).unwrap(), "0.005");
+        assert_eq!(decimal_from_base64(&b64(&[0x00]), 0).unwrap(), "0");
+        assert_eq!(decimal_from_base64(&b64(&[0xff]), 1).unwrap(), "-0.1");
+        let big = (i128::MAX).to_be_bytes();
+        assert_eq!(
+            decimal_from_base64(&b64(&big), 0).unwrap(),
+            i128::MAX.to_string()
+        );
+    }
+
+    #[test]
+    fn timestamps_accept_iso_strings_and_epoch_units() {
+        let utc = |s: &str| parse_timestamp(s).unwrap().timestamp_millis();
+        assert_eq!(utc("2023-11-14T22:13:20Z"), 1_700_000_000_000);
+        assert_eq!(utc("2023-11-14T23:13:20+01:00"), 1_700_000_000_000);
+        assert_eq!(utc("2023-11-14 22:13:20"), 1_700_000_000_000);
+        assert_eq!(utc("2023-11-14T22:13:20.5"), 1_700_000_000_500);
+        assert!(parse_timestamp("yesterday").is_err());
+        assert_eq!(
+            from_epoch(19_675, Hint::Days).unwrap().to_rfc3339(),
+            "2023-11-14T00:00:00+00:00"
+        );
+        assert_eq!(
+            from_epoch(1_700_000_000_000_000, Hint::Micros)
+                .unwrap()
+                .timestamp_millis(),
+            1_700_000_000_000
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! Record formats: where the row's document is inside the value, what the change is (write
+//! or delete), and what a Connect schema says about field encodings.
+
+use std::cell::RefCell;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+
+use super::convert::Hint;
+use super::pointer;
+use super::MapError;
+use crate::config::RecordFormat;
+
+/// What a record asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Insert or upsert the document.
+    Write,
+    /// Delete the row with the document's (or the record key's) key.
+    Delete,
+}
+
+/// A decoded record: the operation, the row document (absent for tombstones and raw values)
+/// and field hints from a schema.
+pub struct Decoded<'a> {
+    pub op: Op,
+    /// JSON text of the row document; plain JSON values are validated while they are mapped,
+    /// so they are scanned only once.
+    pub doc: Option<&'a str>,
+    pub hints: Option<Arc<Hints>>,
+}
+
+/// Field name → encoding, from a Connect struct schema.
+pub type Hints = HashMap<String, Hint>;
+
+/// Remembers the hints of the last schema seen: Connect repeats the schema in every record,
+/// and it rarely changes, so it is parsed once.
+#[derive(Default)]
+pub struct HintCache(RefCell<Option<(u64, Arc<Hints>)>>);
+
+impl HintCache {
+    fn hints(&self, schema: &RawValue, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
+        let mut hasher = DefaultHasher::new();
+        schema.get().hash(&mut hasher);
+        field.hash(&mut hasher);
+        let hash = hasher.finish();
+        if let Some((h, hints)) = self.0.borrow().as_ref() {
+            if *h == hash {
+                return Ok(hints.clone());
+            }
+        }
+        let hints = Arc::new(parse_hints(schema, field)?);
+        *self.0.borrow_mut() = Some((hash, hints.clone()));
+        Ok(hints)
+    }
+}
+
+/// Finds the row document in `value` as `format` lays it out.
+pub fn decode<'a>(
+    format: RecordFormat,
+    value: Option<&'a [u8]>,
+    delete_on_tombstone: bool,
+    cache: &HintCache,
+) -> Result<Decoded<'a>, MapError> {
+    let Some(value) = value else {
+        // Debezium follows every delete with a tombstone; deleting again is harmless.
+        if delete_on_tombstone || format == RecordFormat::Debezium {
+            return Ok(Decoded {
+                op: Op::Delete,
+                doc: None,
+                hints: None,
+            });
+        }
+        return Err(MapError::Tombstone);
+    };
+    match format {
+        RecordFormat::Raw => Ok(Decoded {
+            op: Op::Write,
+            doc: None,
+            hints: None,
+        }),
+        RecordFormat::Json => {
+            let doc = std::str::from_utf8(value)
+                .map_err(|e| MapError::NotAnObject(format!("the value is not UTF-8: {e}")))?;
+            Ok(Decoded {
+                op: Op::Write,
+                doc: Some(doc),
+                hints: None,
+            })
+        }
+        RecordFormat::ConnectJson => {
+            let top = parse_raw(value)?;
+            let (schema, payload) = envelope_parts(top)?;
+            match payload {
+                // JsonConverter writes a null value as {"schema": null, "payload": null}.
+                Some(p) if p.get() == "null" => decode(format, None, delete_on_tombstone, cache),
+                Some(p) => {
+                    let hints = match schema {
+                        Some(s) if s.get() != "null" => Some(cache.hints(s, None)?),
+                        _ => None,
+                    };
+                    Ok(Decoded {
+                        op: Op::Write,
+                        doc: Some(p.get()),
+                        hints,
+                    })
+                }
+                // No envelope (schemas.enable=false): the value is the row.
+                None => Ok(Decoded {
+                    op: Op::Write,
+                    doc: Some(top.get()),
+                    hints: None,
+                }),
+            }
+        }
+        RecordFormat::Debezium => {
+            let top = parse_raw(value)?;
+            let (schema, payload) = envelope_parts(top)?;
+            let event = payload.unwrap_or(top);
+            let field = |name: &str| pointer::field(event, name).map_err(MapError::NotAnObject);
+            let op = field("op")?
+                .and_then(|op| serde_json::from_str::<String>(op.get()).ok())
+                .ok_or_else(|| {
+                    MapError::NotAnObject("a Debezium event needs an \"op\" field".into())
+                })?;
+            let (op, side) = match op.as_str() {
+                "c" | "r" | "u" => (Op::Write, "after"),
+                "d" => (Op::Delete, "before"),
+                other => {
+                    return Err(MapError::Unsupported(format!(
+                        "Debezium op {other:?} (only c, r, u and d are applied)"
+                    )))
+                }
+            };
+            let doc = field(side)?.filter(|d| d.get() != "null");
+            if op == Op::Write && doc.is_none() {
+                return Err(MapError::NotAnObject(
+                    "a Debezium create or update without \"after\"".into(),
+                ));
+            }
+            let hints = match schema {
+                Some(s) if s.get() != "null" => Some(cache.hints(s, Some(side))?),
+                _ => None,
+            };
+            Ok(Decoded {
+                op,
+                doc: doc.map(RawValue::get),
+                hints,
+            })
+        }
+    }
+}
+
+/// The record key as a document: JSON when it parses (unwrapping a Connect envelope), else
+/// a plain string.
+pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<KeyDoc<'_>, MapError> {
+    if let Ok(raw) = serde_json::from_slice::<&RawValue>(key) {
+        if matches!(format, RecordFormat::ConnectJson | RecordFormat::Debezium)
+            && raw.get().starts_with('{')
+        {
+            if let (_, Some(payload)) = envelope_parts(raw)? {
+                return Ok(KeyDoc::Json(payload));
+            }
+        }
+        return Ok(KeyDoc::Json(raw));
+    }
+    match std::str::from_utf8(key) {
+        Ok(s) => Ok(KeyDoc::Str(s)),
+        Err(_) => Err(MapError::NotAnObject(
+            "the record key is neither JSON nor UTF-8 text".into(),
+        )),
+    }
+}
+
+/// A record key, decoded.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyDoc<'a> {
+    Json(&'a RawValue),
+    Str(&'a str),
+}
+
+fn parse_raw(value: &[u8]) -> Result<&RawValue, MapError> {
+    serde_json::from_slice::<&RawValue>(value).map_err(|e| MapError::NotAnObject(e.to_string()))
+}
+
+/// `schema` and `payload` of a Connect envelope, if `top` is an object that has a payload.
+fn envelope_parts(top: &RawValue) -> Result<(Option<&RawValue>, Option<&RawValue>), MapError> {
+    if !top.get().starts_with('{') {
+        return Ok((None, None));
+    }
+    let payload = pointer::field(top, "payload").map_err(MapError::NotAnObject)?;
+    if payload.is_none() {
+        return Ok((None, None));
+    }
+    let schema = pointer::field(top, "schema").map_err(MapError::NotAnObject)?;
+    Ok((schema, payload))
+}
+
+/// Reads `{"type":"struct","fields":[…]}` (or, for Debezium, the struct of `field`).
+fn parse_hints(schema: &RawValue, field: Option<&str>) -> Result<Hints, MapError> {
+    let schema: serde_json::Value =
+        serde_json::from_str(schema.get()).map_err(|e| MapError::NotAnObject(e.to_string()))?;
+    let mut row = &schema;
+    if let Some(name) = field {
+        match schema["fields"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["field"] == name))
+        {
+            Some(s) => row = s,
+            None => return Ok(Hints::new()),
+        }
+    }
+    let mut hints = Hints::new();
+    for f in row["fields"].as_array().into_iter().flatten() {
+        let Some(name) = f["field"].as_str() else {
+            continue;
+        };
+        let hint = match f["name"].as_str().unwrap_or_default() {
+            "org.apache.kafka.connect.data.Decimal" => {
+                let scale = f["parameters"]["scale"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .or_else(|| f["parameters"]["scale"].as_u64().map(|s| s as u32))
+                    .unwrap_or(0);
+                Hint::Decimal { scale }
+            }
+            "io.debezium.data.VariableScaleDecimal" => Hint::VariableDecimal,
+            "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => Hint::Days,
+            "org.apache.kafka.connect.data.Timestamp" | "io.debezium.time.Timestamp" => {
+                Hint::Millis
+            }
+            "io.debezium.time.MicroTimestamp" => Hint::Micros,
+            "io.debezium.time.NanoTimestamp" => Hint::Nanos,
+            "io.debezium.data.Json" => Hint::JsonText,
+            _ => continue,
+        };
+        hints.insert(name.to_string(), hint);
+    }
+    Ok(hints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debezium_events_become_writes_and_deletes() {
+        let cache = HintCache::default();
+        let create = br#"{"before":null,"after":{"id":1,"n":"a"},"op":"c","source":{}}"#;
+        let d = decode(RecordFormat::Debezium, Some(create), false, &cache).unwrap();
+        assert_eq!((d.op, d.doc), (Op::Write, Some(r#"{"id":1,"n":"a"}"#)));
+        let delete = br#"{"schema":{"type":"struct","fields":[{"field":"before","type":"struct","fields":[{"field":"day","type":"int32","name":"io.debezium.time.Date"}]}]},
+                          "payload":{"before":{"id":1},"after":null,"op":"d"}}"#;
+        let d = decode(RecordFormat::Debezium, Some(delete), false, &cache).unwrap();
+        assert_eq!((d.op, d.doc), (Op::Delete, Some(r#"{"id":1}"#)));
+        assert_eq!(d.hints.unwrap().get("day"), Some(&Hint::Days));
+        let tombstone = decode(RecordFormat::Debezium, None, false, &cache).unwrap();
+        assert_eq!(tombstone.op, Op::Delete);
+        let truncate = br#"{"op":"t"}"#;
+        assert!(matches!(
+            decode(RecordFormat::Debezium, Some(truncate), false, &cache),
+            Err(MapError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn connect_envelopes_give_the_payload_and_schema_hints() {
+        let cache = HintCache::default();
+        let v = br#"{"schema":{"type":"struct","fields":[{"field":"price","type":"bytes","name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"}}]},"payload":{"price":"MDk="}}"#;
+        let d = decode(RecordFormat::ConnectJson, Some(v), false, &cache).unwrap();
+        assert_eq!(d.doc, Some(r#"{"price":"MDk="}"#));
+        assert_eq!(
+            d.hints.unwrap().get("price"),
+            Some(&Hint::Decimal { scale: 2 })
+        );
+        let plain = br#"{"price":1}"#;
+        assert_eq!(
+            decode(RecordFormat::ConnectJson, Some(plain), false, &cache)
+                .unwrap()
+                .doc,
+            Some(r#"{"price":1}"#)
+        );
+        assert!(matches!(
+            decode(RecordFormat::Json, None, false, &cache),
+            Err(MapError::Tombstone)
+        ));
+        assert_eq!(
+            decode(RecordFormat::Json, None, true, &cache).unwrap().op,
+            Op::Delete
+        );
+    }
+
+    #[test]
+    fn keys_are_json_or_plain_text() {
+        assert!(matches!(
+            key_document(RecordFormat::Json, b"o-1"),
+            Ok(KeyDoc::Str("o-1"))
+        ));
+        assert!(
+            matches!(key_document(RecordFormat::Json, b"42"), Ok(KeyDoc::Json(r)) if r.get() == "42")
+        );
+        let connect = br#"{"schema":{"type":"struct"},"payload":{"id":7}}"#;
+        assert!(
+            matches!(key_document(RecordFormat::Debezium, connect), Ok(KeyDoc::Json(r)) if r.get() == r#"{"id":7}"#)
+        );
+        assert!(key_document(RecordFormat::Json, &[0xff, 0xfe]).is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! JSON pointers (RFC 6901) evaluated lazily over borrowed JSON: only the objects on the way
+//! are scanned, and nothing is copied.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// Parses `""` (the whole document) or `/a/b~1c` into unescaped tokens.
+pub fn parse(pointer: &str) -> Result<Vec<String>, String> {
+    if pointer.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(rest) = pointer.strip_prefix('/') else {
+        return Err(format!("JSON pointer {pointer:?} must start with '/'"));
+    };
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
+}
+
+/// The value at `path` below `raw`, or `None` where the path leads nowhere (a missing field, an
+/// index past the end, or a scalar on the way).
+pub fn descend<'a>(mut raw: &'a RawValue, path: &[String]) -> Result<Option<&'a RawValue>, String> {
+    for token in path {
+        let text = raw.get();
+        let next = if text.starts_with('{') {
+            field(raw, token)?
+        } else if text.starts_with('[') {
+            match token.parse::<usize>() {
+                Ok(index) => element(raw, index)?,
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        match next {
+            Some(n) => raw = n,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(raw))
+}
+
+/// The member `name` of an object (the last one, if repeated).
+pub fn field<'a>(raw: &'a RawValue, name: &str) -> Result<Option<&'a RawValue>, String> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de.deserialize_map(FieldVisitor { name, found: None })
+        .map_err(|e| e.to_string())
+}
+
+struct FieldVisitor<'n, 'a> {
+    name: &'n str,
+    found: Option<&'a RawValue>,
+}
+
+impl<'a> Visitor<'a> for FieldVisitor<'_, 'a> {
+    type Value = Option<&'a RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            if key == self.name {
+                self.found = Some(map.next_value::<&'a RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(self.found)
+    }
+}
+
+fn element(raw: &RawValue, index: usize) -> Result<Option<&RawValue>, String> {
+    struct ElementVisitor(usize);
+    impl<'a> Visitor<'a> for ElementVisitor {
+        type Value = Option<&'a RawValue>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            let mut i = 0;
+            while let Some(v) = seq.next_element::<&'a RawValue>()? {
+                if i == self.0 {
+                    found = Some(v);
+                }
+                i += 1;
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de.deserialize_seq(ElementVisitor(index))
+        .map_err(|e| e.to_string())
+}
+
+/// Reads an object key without allocating unless it contains escapes.
+pub struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_owned()))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at<'a>(doc: &'a RawValue, pointer: &str) -> Option<&'a str> {
+        descend(doc, &parse(pointer).unwrap())
+            .unwrap()
+            .map(RawValue::get)
+    }
+
+    #[test]
+    fn pointers_reach_nested_fields_and_elements() {
+        let doc: &RawValue =
+            serde_json::from_str(r#"{"a":{"b":[10,{"c/d":"x","e~f":2}]},"n":null}"#).unwrap();
+        assert_eq!(at(doc, "/a/b/0"), Some("10"));
+        assert_eq!(at(doc, "/a/b/1/c~1d"), Some("\"x\""));
+        assert_eq!(at(doc, "/a/b/1/e~0f"), Some("2"));
+        assert_eq!(at(doc, "/n"), Some("null"));
+        assert_eq!(at(doc, "/a/missing"), None);
+        assert_eq!(at(doc, "/a/b/7"), None);
+        assert_eq!(at(doc, "/n/deeper"), None);
+        assert_eq!(at(doc, ""), Some(doc.get()));
+        assert!(parse("a/b").is_err());
+    }
+}

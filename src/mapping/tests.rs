@@ -1,0 +1,465 @@
+//! Mapping without a database: tables are described by hand.
+
+use super::*;
+use figment::providers::{Format, Toml};
+use figment::Figment;
+
+fn col(name: &str, ty: ColumnType, not_null: bool, has_default: bool) -> Column {
+    Column {
+        name: name.into(),
+        ty,
+        sql_type: format!("{ty:?}").to_lowercase(),
+        not_null,
+        has_default,
+    }
+}
+
+fn table(columns: Vec<Column>, primary_key: &[&str]) -> Arc<Table> {
+    let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
+    Arc::new(Table {
+        oid: 1,
+        schema: "public".into(),
+        name: "t".into(),
+        columns,
+        skipped: vec![],
+        unique_keys: if pk.is_empty() {
+            vec![]
+        } else {
+            vec![pk.clone()]
+        },
+        primary_key: pk,
+    })
+}
+
+/// A topic's settings from TOML, as a user would write them.
+fn topic(extra: &str) -> TopicSettings {
+    Figment::from(Toml::string(&format!(
+        "name = \"topic\"\ntable = \"t\"\n{extra}"
+    )))
+    .extract()
+    .unwrap()
+}
+
+fn mapper(columns: Vec<Column>, extra: &str) -> TopicMapper {
+    TopicMapper::new(&topic(extra), table(columns, &[])).unwrap()
+}
+
+fn record(value: &str) -> RecordView<'_> {
+    RecordView {
+        topic: "topic",
+        partition: 3,
+        offset: 42,
+        timestamp: Some(1_700_000_000_000),
+        key: Some(b"k1"),
+        value: Some(value.as_bytes()),
+        headers: &[],
+    }
+}
+
+fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
+    let mut rows = m.new_rows();
+    match m.encode(&record(value), &mut rows) {
+        Ok(()) => Ok(rows),
+        Err(EncodeError::Invalid(e)) => Err(e),
+        Err(EncodeError::ShapeChanged) => panic!("a fresh batch never changes shape"),
+    }
+}
+
+/// The fields of the first row in `rows`; `None` for NULL.
+fn fields(rows: &TableRows) -> Vec<Option<Vec<u8>>> {
+    let bytes = rows.shapes[0].1.as_bytes();
+    let mut at = 19; // the COPY header
+    let n = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
+    at += 2;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let len = i32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+        at += 4;
+        if len < 0 {
+            out.push(None);
+        } else {
+            out.push(Some(bytes[at..at + len as usize].to_vec()));
+            at += len as usize;
+        }
+    }
+    out
+}
+
+#[test]
+fn fields_map_by_name_and_unknown_fields_are_ignored() {
+    let m = mapper(
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("name", ColumnType::Text, false, false),
+        ],
+        "",
+    );
+    let rows = encode(&m, r#"{"name":"a\"b","id":7,"extra":{"x":[1,2]}}"#).unwrap();
+    assert_eq!(rows.rows(), 1);
+    assert_eq!(rows.shapes[0].0, vec![0, 1]);
+    assert_eq!(
+        fields(&rows),
+        vec![Some(7i64.to_be_bytes().to_vec()), Some(b"a\"b".to_vec())]
+    );
+}
+
+#[test]
+fn missing_defaulted_columns_are_left_out_of_the_row() {
+    let m = mapper(
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("created", ColumnType::Timestamptz, true, true),
+        ],
+        "",
+    );
+    let mut rows = encode(&m, r#"{"id":1}"#).unwrap();
+    m.encode(
+        &record(r#"{"id":2,"created":"2024-01-01T00:00:00Z"}"#),
+        &mut rows,
+    )
+    .unwrap();
+    let shapes: Vec<_> = rows
+        .shapes
+        .iter()
+        .map(|(c, b)| (c.clone(), b.rows()))
+        .collect();
+    assert_eq!(shapes, vec![(vec![0], 1), (vec![0, 1], 1)]);
+}
+
+#[test]
+fn errors_name_the_column_and_the_problem() {
+    let m = mapper(
+        vec![
+            col("id", ColumnType::Int4, true, false),
+            col("note", ColumnType::Text, false, false),
+        ],
+        "",
+    );
+    let missing = encode(&m, r#"{"note":"x"}"#).unwrap_err();
+    assert!(
+        matches!(&missing, MapError::MissingField { column, .. } if column == "id"),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains("field \"id\""), "{missing}");
+    assert!(matches!(
+        encode(&m, r#"{"id":null}"#),
+        Err(MapError::NullForNotNull { .. })
+    ));
+    let too_big = encode(&m, r#"{"id":3000000000}"#).unwrap_err().to_string();
+    assert!(too_big.contains("out of range"), "{too_big}");
+    assert!(matches!(
+        encode(&m, r#"[1]"#),
+        Err(MapError::NotAnObject(_))
+    ));
+    assert!(matches!(
+        encode(&m, r#"{"id":1"#),
+        Err(MapError::NotAnObject(_))
+    ));
+    let nul = encode(&m, r#"{"id":1,"note":"a\u0000b"}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(nul.contains("NUL"), "{nul}");
+}
+
+#[test]
+fn a_failed_record_leaves_the_batch_untouched() {
+    let m = mapper(vec![col("id", ColumnType::Int2, true, false)], "");
+    let mut rows = encode(&m, r#"{"id":1}"#).unwrap();
+    let before = rows.bytes();
+    assert!(m.encode(&record(r#"{"id":99999}"#), &mut rows).is_err());
+    assert_eq!((rows.rows(), rows.bytes()), (1, before));
+}
+
+#[test]
+fn metadata_columns_must_fit_their_type() {
+    let err = TopicMapper::new(
+        &topic("[metadata]\noffset = \"off\""),
+        table(vec![col("off", ColumnType::Text, true, false)], &[]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("metadata.offset cannot go into column \"off\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tombstone_is_an_error_not_a_silent_drop() {
+    let m = mapper(vec![col("id", ColumnType::Int8, true, false)], "");
+    let mut rows = m.new_rows();
+    let mut r = record("");
+    r.value = None;
+    assert_eq!(
+        m.encode(&r, &mut rows),
+        Err(EncodeError::Invalid(MapError::Tombstone))
+    );
+}
+
+#[test]
+fn explicit_columns_take_pointers_keys_metadata_constants_and_defaults() {
+    let m = mapper(
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("city", ColumnType::Text, true, false),
+            col("first_tag", ColumnType::Text, false, false),
+            col("k", ColumnType::Text, false, false),
+            col("src", ColumnType::Text, true, false),
+            col("trace", ColumnType::Text, false, false),
+            col("skipped", ColumnType::Text, false, false),
+        ],
+        r#"[columns]
+           id = "/order/id"
+           city = "value:/order/address/city"
+           first_tag = "/tags/0"
+           k = "key"
+           src = { const = "kafka" }
+           trace = "meta:header:trace-id"
+           skipped = "default""#,
+    );
+    let headers = [("trace-id", Some(&b"abc"[..]))];
+    let mut r = record(r#"{"order":{"id":5,"address":{"city":"Lyon"}},"tags":["x","y"]}"#);
+    r.headers = &headers;
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(rows.shapes[0].0, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(
+        fields(&rows),
+        vec![
+            Some(5i64.to_be_bytes().to_vec()),
+            Some(b"Lyon".to_vec()),
+            Some(b"x".to_vec()),
+            Some(b"k1".to_vec()),
+            Some(b"kafka".to_vec()),
+            Some(b"abc".to_vec()),
+        ]
+    );
+    let err = encode(&m, r#"{"order":{"id":5}}"#).unwrap_err().to_string();
+    assert!(
+        err.contains("city") && err.contains("/order/address/city"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_not_null_column_nothing_maps_to_is_refused_at_startup() {
+    let err = TopicMapper::new(
+        &topic("map_by_name = false\n[columns]\nid = \"/id\""),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("name", ColumnType::Text, true, false),
+            ],
+            &[],
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("\"name\" is NOT NULL without a default"),
+        "{err}"
+    );
+}
+
+#[test]
+fn raw_values_go_whole_into_one_column() {
+    let m = mapper(
+        vec![
+            col("body", ColumnType::Jsonb, true, false),
+            col("off", ColumnType::Int8, true, false),
+        ],
+        "format = \"raw\"\nraw_column = \"body\"\n[metadata]\noffset = \"off\"",
+    );
+    let rows = encode(&m, r#"{"any": ["thing"]}"#).unwrap();
+    let mut jsonb = vec![1u8];
+    jsonb.extend_from_slice(br#"{"any": ["thing"]}"#);
+    assert_eq!(
+        fields(&rows),
+        vec![Some(jsonb), Some(42i64.to_be_bytes().to_vec())]
+    );
+    assert!(encode(&m, "not json")
+        .unwrap_err()
+        .to_string()
+        .contains("not JSON"));
+}
+
+fn upsert_mapper(extra: &str) -> TopicMapper {
+    TopicMapper::new(
+        &topic(&format!("mode = \"upsert\"\n{extra}")),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["id"],
+        ),
+    )
+    .unwrap()
+}
+
+#[test]
+fn tombstones_delete_by_the_record_key_when_asked() {
+    let m = upsert_mapper("delete_on_tombstone = true\nkey_from = \"key\"");
+    let mut rows = m.new_rows();
+    let mut r = record("");
+    r.value = None;
+    r.key = Some(b"17");
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(rows.deletes.as_ref().map(CopyBuffer::rows), Some(1));
+    // A JSON object key works too, by field name.
+    r.key = Some(br#"{"id": 18}"#);
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(rows.rows(), 2);
+    // No key at all: the delete cannot be aimed, so it is an error.
+    r.key = None;
+    assert!(matches!(
+        m.encode(&r, &mut rows),
+        Err(EncodeError::Invalid(MapError::MissingKey { .. }))
+    ));
+}
+
+#[test]
+fn key_from_key_reads_plain_and_object_keys() {
+    let m = upsert_mapper("key_from = \"key\"");
+    let mut r = record(r#"{"v":"x"}"#);
+    r.key = Some(b"123");
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    let f = fields(&rows);
+    assert_eq!(f[0], Some(123i64.to_be_bytes().to_vec()));
+}
+
+#[test]
+fn upsert_records_without_their_key_are_errors() {
+    let m = upsert_mapper("");
+    // The key column is NOT NULL (a primary key), so the missing field is named as such.
+    assert!(
+        matches!(encode(&m, r#"{"v":"x"}"#), Err(MapError::MissingField { column, .. }) if column == "id")
+    );
+    assert!(matches!(
+        encode(&m, r#"{"id":null,"v":"x"}"#),
+        Err(MapError::NullForNotNull { .. })
+    ));
+}
+
+#[test]
+fn upsert_keys_must_be_backed_by_a_unique_index() {
+    let err = TopicMapper::new(
+        &topic("mode = \"upsert\"\nkey = [\"v\"]"),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["id"],
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("not the primary key or a unique index"),
+        "{err}"
+    );
+}
+
+#[test]
+fn debezium_deletes_use_before_or_the_key() {
+    let m = TopicMapper::new(
+        &topic("format = \"debezium\""),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["id"],
+        ),
+    )
+    .unwrap();
+    let mut rows = m.new_rows();
+    m.encode(
+        &record(r#"{"op":"c","after":{"id":1,"v":"a"},"before":null}"#),
+        &mut rows,
+    )
+    .unwrap();
+    m.encode(
+        &record(r#"{"op":"d","before":{"id":1,"v":"a"},"after":null}"#),
+        &mut rows,
+    )
+    .unwrap();
+    let mut tombstone = record("");
+    tombstone.value = None;
+    tombstone.key = Some(br#"{"id":1}"#);
+    m.encode(&tombstone, &mut rows).unwrap();
+    assert_eq!(rows.shapes[0].1.rows(), 1);
+    assert_eq!(rows.deletes.as_ref().map(CopyBuffer::rows), Some(2));
+}
+
+#[test]
+fn connect_decimals_and_dates_use_the_schema() {
+    let m = TopicMapper::new(
+        &topic("format = \"connect-json\""),
+        table(
+            vec![
+                col("price", ColumnType::Numeric, true, false),
+                col("day", ColumnType::Date, true, false),
+            ],
+            &[],
+        ),
+    )
+    .unwrap();
+    let v = r#"{"schema":{"type":"struct","fields":[
+        {"field":"price","type":"bytes","name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"}},
+        {"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"}]},
+        "payload":{"price":"MDk=","day":19675}}"#;
+    let rows = encode(&m, v).unwrap();
+    let f = fields(&rows);
+    let mut numeric = BytesMut::new();
+    encode_numeric("123.45", &mut numeric).unwrap();
+    assert_eq!(f[0].as_deref(), Some(&numeric[..]));
+    // 2023-11-14 is 8718 days after 2000-01-01.
+    assert_eq!(f[1], Some(8718i32.to_be_bytes().to_vec()));
+}
+
+proptest::proptest! {
+    /// Whatever bytes arrive, mapping returns a row or an error; it never panics and never
+    /// leaves half a row behind.
+    #[test]
+    fn arbitrary_values_never_panic(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        for extra in ["", "format = \"connect-json\"", "format = \"debezium\"\nmode = \"upsert\""] {
+            let columns = vec![
+                col("id", ColumnType::Int8, true, false),
+                col("n", ColumnType::Numeric, false, false),
+                col("t", ColumnType::Timestamptz, false, false),
+                col("j", ColumnType::Jsonb, false, false),
+            ];
+            let m = TopicMapper::new(&topic(extra), table(columns, &["id"])).unwrap();
+            let mut rows = m.new_rows();
+            let mut r = record("");
+            r.value = Some(&value);
+            let before = rows.bytes();
+            if m.encode(&r, &mut rows).is_err() {
+                proptest::prop_assert_eq!(rows.bytes(), before);
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_objects_never_panic(
+        fields in proptest::collection::vec(("[a-e]{1,2}", "(null|true|-?[0-9]{1,25}(\\.[0-9]{1,5})?|\"[^\"\\\\]{0,10}\"|\\[\\]|\\{\\})"), 0..6)
+    ) {
+        let m = mapper(
+            vec![
+                col("a", ColumnType::Int2, false, false),
+                col("b", ColumnType::Numeric, false, false),
+                col("c", ColumnType::Date, false, true),
+                col("d", ColumnType::Bool, false, false),
+                col("e", ColumnType::Uuid, false, false),
+            ],
+            "",
+        );
+        let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        let value = format!("{{{}}}", body.join(","));
+        let mut rows = m.new_rows();
+        let _ = m.encode(&record(&value), &mut rows);
+    }
+}
