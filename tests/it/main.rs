@@ -5,6 +5,7 @@ mod cli;
 mod crash;
 mod delivery;
 mod faults;
+mod formats;
 mod helpers;
 mod mapping;
 mod rebalance;

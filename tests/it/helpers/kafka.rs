@@ -18,7 +18,16 @@ pub struct TestTopic {
 
 impl TestTopic {
     pub async fn create(partitions: i32) -> Self {
-        let name = format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        Self::create_named(
+            &format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            partitions,
+        )
+        .await
+    }
+
+    /// A topic with a chosen (still unique) name, e.g. to match a pattern.
+    pub async fn create_named(name: &str, partitions: i32) -> Self {
+        let name = name.to_string();
         let admin: AdminClient<DefaultClientContext> =
             client_config().create().expect("admin client");
         let topic = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));

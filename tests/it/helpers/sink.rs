@@ -59,6 +59,8 @@ pub struct SinkConfig {
     pub reset: &'static str,
     /// Extra settings of the (first) topic, e.g. `mode = "upsert"`.
     pub topic_settings: String,
+    /// The first topic's `[topics.metadata]` lines (default: partition and offset columns).
+    pub metadata: String,
     /// Extra TOML appended verbatim.
     pub extra: String,
 }
@@ -77,6 +79,7 @@ impl SinkConfig {
             session_timeout_ms: 6000,
             reset: "earliest",
             topic_settings: String::new(),
+            metadata: "partition = \"kafka_partition\"\noffset = \"kafka_offset\"".into(),
             extra: String::new(),
         }
     }
@@ -116,8 +119,7 @@ name = "{topic}"
 table = "{table}"
 {topic_settings}
 [topics.metadata]
-partition = "kafka_partition"
-offset = "kafka_offset"
+{metadata}
 {extra}
 "#,
             kafka = services().kafka,
@@ -132,6 +134,7 @@ offset = "kafka_offset"
             topic = self.topic,
             table = self.table,
             topic_settings = self.topic_settings,
+            metadata = self.metadata,
             extra = self.extra,
             // KPS_TEST_RDKAFKA_DEBUG=cgrp,fetch turns on librdkafka's own tracing when debugging.
             debug = std::env::var("KPS_TEST_RDKAFKA_DEBUG")
@@ -169,12 +172,27 @@ impl Sink {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("sink.toml");
         std::fs::write(&config_path, config.toml()).expect("write config");
+        Self::spawn(dir, &config_path, name, args)
+    }
+
+    /// Starts from a configuration file the test wrote itself.
+    pub fn start_file(config_path: &std::path::Path, name: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self::spawn(dir, config_path, name, &[])
+    }
+
+    fn spawn(
+        dir: tempfile::TempDir,
+        config_path: &std::path::Path,
+        name: &str,
+        args: &[&str],
+    ) -> Self {
         let log_path = dir.path().join("sink.log");
         let log = std::fs::File::create(&log_path).expect("log file");
         let child = Command::new(BIN)
             .arg("run")
             .arg("--config")
-            .arg(&config_path)
+            .arg(config_path)
             .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("KAFKA_BOOTSTRAP_SERVERS")
