@@ -221,3 +221,41 @@ async fn settings_are_overridden_by_environment_then_flags() {
     .await;
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_validates_modes_formats_and_columns_against_the_table() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let run = |topic_settings: &str, metadata: &str| {
+        let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+        config.topic_settings = topic_settings.into();
+        config.metadata = metadata.into();
+        let path = write_config(&dir, &config.toml());
+        async move { run_cli(&["check", "--config", &path]).await }
+    };
+    let default_metadata = "partition = \"kafka_partition\"\noffset = \"kafka_offset\"";
+
+    // The orders table has no primary key: upsert needs a unique key.
+    let out = run("mode = \"upsert\"", default_metadata).await;
+    assert!(!out.status.success());
+    assert!(out.stdout.contains("has no primary key"), "{}", out.stdout);
+
+    let out = run("[topics.columns]\nnope = \"/x\"", default_metadata).await;
+    assert!(out.stdout.contains("columns.nope: column \"nope\" is not in the table"), "{}", out.stdout);
+
+    let out = run("[topics.columns]\ncustomer = \"/a/b\"\nstatus = \"meta:bogus\"", default_metadata).await;
+    assert!(out.stdout.contains("unknown metadata \"bogus\""), "{}", out.stdout);
+
+    let out = run("format = \"raw\"\nraw_column = \"amount\"", default_metadata).await;
+    assert!(out.stdout.contains("raw_column \"amount\" must be json, jsonb, text or bytea"), "{}", out.stdout);
+
+    let out = run("delete_on_tombstone = true", default_metadata).await;
+    assert!(out.stderr.contains("delete_on_tombstone needs mode = \"upsert\""), "{}", out.stderr);
+
+    // A good explicit mapping is printed with each column's source.
+    let out = run("[topics.columns]\ncustomer = \"/who/name\"\nstatus = { const = \"new\" }", default_metadata).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("value \"/who/name\"") && out.stdout.contains("constant \"new\""), "{}", out.stdout);
+}
