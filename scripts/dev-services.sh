@@ -1,55 +1,70 @@
 #!/usr/bin/env bash
 # Start and stop the real services that kafka-pg-sink's integration tests need, on a
 # machine without Docker:
-#   - PostgreSQL: the Debian cluster 15/main (pg_ctlcluster), on 127.0.0.1:5432.
-#   - Apache Kafka: a single-node KRaft broker+controller on 127.0.0.1:9092, run from
-#     jars that Maven fetches from Maven Central (no release tarball needed).
+#   - PostgreSQL 15: a Debian cluster (pg_ctlcluster); the default instance is 15/main on
+#     127.0.0.1:5432. Plain and TLS connections (server cert from the script's own CA).
+#   - Apache Kafka: a single-node KRaft broker+controller run from jars that Maven fetches
+#     from Maven Central (no release tarball needed). Listeners on 127.0.0.1:
+#       PLAINTEXT 9092 (also inter-broker), CONTROLLER 9093,
+#       SASL_PLAINTEXT 9094 (PLAIN and SCRAM-SHA-512, user sink / sink-secret),
+#       SSL 9095 (server cert from the same CA; no client auth).
 #
-# Usage: scripts/dev-services.sh COMMAND
-#   up                      start both (idempotent); returns once both answer
-#   down                    stop both (idempotent); data is kept
+# Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
+#   up [kafka|postgres]     start both, or one (idempotent); returns once they answer
+#   down [kafka|postgres]   stop both, or one (idempotent); data is kept
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
 #   status                  say whether each service is running
 #   start|stop|restart kafka|postgres
 #                           one service, for fault-injection tests; data is kept
-#   reset                   down, then wipe Kafka's data dir (next `up` formats anew)
+#   reset                   down, then wipe Kafka's data dir (next `up` formats anew);
+#                           for a named instance, also drop its PostgreSQL cluster
+#   destroy                 named instances only: stop, drop the PostgreSQL cluster and
+#                           delete the instance's run dir (ports, logs, Kafka data)
+#   list                    print the names of the named instances that exist
 #   kafka-run CLASS [ARGS]  run a Kafka CLI class on the broker's classpath, e.g.
 #                           kafka-run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 --list
 #
+# Instances. Without KPS_INSTANCE (or with KPS_INSTANCE=default) commands act on the
+# default instance: cluster 15/main, run dir $CACHE/run/kafka, fixed default ports.
+# KPS_INSTANCE=NAME (NAME: [a-z0-9][a-z0-9_]{0,31}, not "default" or "kafka") selects an
+# independent instance for fault-injection tests: its own PostgreSQL cluster
+# 15/kps_NAME (start.conf manual) and its own broker (heap 384m), with run dir
+# $CACHE/run/NAME (broker data, logs, pid file, the ports in use). Data survives
+# stop/start/down; `destroy` (or `reset`) removes it.
+#
+# Ports (environment; each one wins over everything else):
+#   KPS_PG_PORT                default instance 5432
+#   KPS_KAFKA_PORT             default instance 9092 (PLAINTEXT)
+#   KPS_KAFKA_CONTROLLER_PORT  default instance 9093
+#   KPS_KAFKA_SASL_PORT        default instance 9094 (SASL_PLAINTEXT)
+#   KPS_KAFKA_SSL_PORT         default instance 9095 (SSL)
+# A named instance remembers the ports of its last up/start in $CACHE/run/NAME/ports.env,
+# so later commands (env, status, stop, start) need not repeat them. A port neither set
+# nor remembered is derived from the name alone: base = 20000 + 10 * (cksum(NAME) % 1000),
+# then PG base, Kafka base+1, controller base+2, SASL base+3, SSL base+4. Two names can
+# map to the same block, and nothing checks the ports are free before `up` does: tests
+# that run instances side by side should pass explicit ports.
+#
+# Other environment: KPS_CACHE_DIR, KPS_KAFKA_START_TIMEOUT (s, default 120),
+# KPS_KAFKA_HEAP (broker -Xmx: default 1g, 384m for a named instance),
+# KPS_PG_CLUSTER (cluster name override, to exercise this script on a scratch cluster).
+#
+# TLS: a CA and a server certificate (CN localhost; SAN DNS:localhost, IP:127.0.0.1,
+# IP:::1) are generated once with openssl into $CACHE/tls (ca.crt, server.crt,
+# server.key, and server.pem = key+chain, the broker's PEM keystore), and regenerated if
+# missing, invalid or expiring within 30 days. `env` prints KPS_TLS_CA=$CACHE/tls/ca.crt.
+# Each managed PostgreSQL cluster gets copies owned by postgres in
+# /etc/postgresql/15/CLUSTER/kps-tls/. Kafka client configs for the CLI are written next
+# to the broker's server.properties: client-sasl-plain.properties,
+# client-sasl-scram.properties, client-ssl.properties.
+#
 # Jars and runtime state live outside the git tree, under
-# ${KPS_CACHE_DIR:-$HOME/.cache/kafka-pg-sink}.
+# ${KPS_CACHE_DIR:-$HOME/.cache/kafka-pg-sink} ($CACHE above).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KAFKA_SRC_DIR=$SCRIPT_DIR/kafka # pom, log4j2 config, server.properties template
 CACHE_DIR=${KPS_CACHE_DIR:-${HOME:?HOME is not set}/.cache/kafka-pg-sink}
-
-# The Kafka version is pinned in the pom only; read it from there.
-KAFKA_VERSION=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$KAFKA_SRC_DIR/pom.xml")
-KAFKA_LIBS=$CACHE_DIR/kafka-$KAFKA_VERSION/libs
-KAFKA_LIBS_MARKER=$KAFKA_LIBS/.complete
-KAFKA_RUN=$CACHE_DIR/run/kafka
-KAFKA_DATA=$KAFKA_RUN/data
-KAFKA_PROPS=$KAFKA_RUN/server.properties
-KAFKA_PID_FILE=$KAFKA_RUN/kafka.pid
-KAFKA_LOG=$KAFKA_RUN/broker.log
-KAFKA_HOST=127.0.0.1
-KAFKA_PORT=9092
-KAFKA_CONTROLLER_PORT=9093
-KAFKA_START_TIMEOUT=${KPS_KAFKA_START_TIMEOUT:-120}
-KAFKA_STOP_TIMEOUT=30
-
-PG_VERSION=15
-# Overridable only to exercise this script on a scratch cluster; the tests use 15/main.
-PG_CLUSTER=${KPS_PG_CLUSTER:-main}
-PG_HOST=127.0.0.1
-PG_PORT=${KPS_PG_PORT:-5432}
-PG_USER=postgres
-PG_PASSWORD=postgres
-PG_DB=postgres
-PG_MAX_CONNECTIONS=400
-PG_START_TIMEOUT=60
-PG_LOG=/var/log/postgresql/postgresql-$PG_VERSION-$PG_CLUSTER.log
 
 log() { printf 'dev-services: %s\n' "$*" >&2; }
 die() {
@@ -58,9 +73,117 @@ die() {
 }
 
 usage() {
-    sed -n '8,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '/^# Usage:/,/^#$/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
     exit 2
 }
+
+# ---------------------------------------------------------------- instance and ports
+
+INSTANCE=${KPS_INSTANCE:-default}
+[[ $INSTANCE =~ ^[a-z0-9][a-z0-9_]{0,31}$ ]] ||
+    die "KPS_INSTANCE='$INSTANCE': use 1-32 characters from [a-z0-9_], starting with a letter or digit"
+[[ $INSTANCE != kafka ]] || die "KPS_INSTANCE=kafka is reserved (the default instance's run dir)"
+
+is_default() { [[ $INSTANCE == default ]]; }
+
+if is_default; then
+    INSTANCE_DIR=$CACHE_DIR/run
+    KAFKA_RUN=$CACHE_DIR/run/kafka # unchanged from before instances existed
+    LOCK_FILE=$CACHE_DIR/.lock
+    PG_CLUSTER=${KPS_PG_CLUSTER:-main}
+    KAFKA_HEAP=${KPS_KAFKA_HEAP:-1g}
+    KAFKA_HEAP_MIN=256m
+else
+    INSTANCE_DIR=$CACHE_DIR/run/$INSTANCE
+    KAFKA_RUN=$INSTANCE_DIR/kafka
+    LOCK_FILE=$CACHE_DIR/locks/$INSTANCE.lock # outside the run dir, which destroy deletes
+    PG_CLUSTER=${KPS_PG_CLUSTER:-kps_$INSTANCE}
+    KAFKA_HEAP=${KPS_KAFKA_HEAP:-384m}
+    KAFKA_HEAP_MIN=128m
+fi
+PORTS_FILE=$INSTANCE_DIR/ports.env # named instances only
+
+# Sets PG_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT.
+resolve_ports() {
+    local -A fallback=()
+    if is_default; then
+        fallback=([pg]=5432 [kafka]=9092 [controller]=9093 [sasl]=9094 [ssl]=9095)
+    else
+        local sum base key value
+        sum=$(printf '%s' "$INSTANCE" | cksum | cut -d' ' -f1)
+        base=$((20000 + 10 * (sum % 1000)))
+        fallback=([pg]=$base [kafka]=$((base + 1)) [controller]=$((base + 2))
+            [sasl]=$((base + 3)) [ssl]=$((base + 4)))
+        if [[ -f $PORTS_FILE ]]; then
+            while IFS='=' read -r key value; do
+                [[ -n $key && -n ${fallback[$key]+x} && $value =~ ^[0-9]+$ ]] && fallback[$key]=$value
+            done <"$PORTS_FILE"
+        fi
+    fi
+    PG_PORT=${KPS_PG_PORT:-${fallback[pg]}}
+    KAFKA_PORT=${KPS_KAFKA_PORT:-${fallback[kafka]}}
+    KAFKA_CONTROLLER_PORT=${KPS_KAFKA_CONTROLLER_PORT:-${fallback[controller]}}
+    KAFKA_SASL_PORT=${KPS_KAFKA_SASL_PORT:-${fallback[sasl]}}
+    KAFKA_SSL_PORT=${KPS_KAFKA_SSL_PORT:-${fallback[ssl]}}
+    local name port
+    local -A seen=()
+    for name in PG_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT; do
+        port=${!name}
+        if ! [[ $port =~ ^[0-9]{1,5}$ ]] || ((10#$port < 1 || 10#$port > 65535)); then
+            die "KPS_$name=$port is not a port number"
+        fi
+        [[ -z ${seen[$port]:-} ]] || die "KPS_$name and KPS_${seen[$port]} are both $port"
+        seen[$port]=$name
+    done
+}
+resolve_ports
+
+# Remember a named instance's ports, for later commands that don't pass them.
+save_ports() {
+    is_default && return 0
+    mkdir -p "$INSTANCE_DIR"
+    printf 'pg=%s\nkafka=%s\ncontroller=%s\nsasl=%s\nssl=%s\n' "$PG_PORT" "$KAFKA_PORT" \
+        "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" >"$PORTS_FILE.tmp"
+    mv -f "$PORTS_FILE.tmp" "$PORTS_FILE"
+}
+
+# ---------------------------------------------------------------- settings
+
+# The Kafka version is pinned in the pom only; read it from there.
+KAFKA_VERSION=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$KAFKA_SRC_DIR/pom.xml")
+KAFKA_LIBS=$CACHE_DIR/kafka-$KAFKA_VERSION/libs
+KAFKA_LIBS_MARKER=$KAFKA_LIBS/.complete
+KAFKA_DATA=$KAFKA_RUN/data
+KAFKA_PROPS=$KAFKA_RUN/server.properties
+KAFKA_PID_FILE=$KAFKA_RUN/kafka.pid
+KAFKA_LOG=$KAFKA_RUN/broker.log
+# Which SCRAM credentials the broker's metadata holds (see kafka_ensure_scram).
+KAFKA_SCRAM_MARKER=$KAFKA_RUN/scram-users
+KAFKA_HOST=127.0.0.1
+KAFKA_START_TIMEOUT=${KPS_KAFKA_START_TIMEOUT:-120}
+KAFKA_STOP_TIMEOUT=30
+KAFKA_SASL_USER=sink
+KAFKA_SASL_PASSWORD=sink-secret
+
+PG_VERSION=15
+PG_HOST=127.0.0.1
+PG_USER=postgres
+PG_PASSWORD=postgres
+PG_DB=postgres
+PG_MAX_CONNECTIONS=400
+PG_START_TIMEOUT=60
+PG_CONF_DIR=/etc/postgresql/$PG_VERSION/$PG_CLUSTER
+PG_TLS_DIR=$PG_CONF_DIR/kps-tls # copies of the server cert and key, owned by postgres
+PG_TLS_CERT=$PG_TLS_DIR/server.crt
+PG_TLS_KEY=$PG_TLS_DIR/server.key
+PG_LOG=/var/log/postgresql/postgresql-$PG_VERSION-$PG_CLUSTER.log
+
+TLS_DIR=$CACHE_DIR/tls
+TLS_CA=$TLS_DIR/ca.crt
+TLS_CA_KEY=$TLS_DIR/ca.key
+TLS_CERT=$TLS_DIR/server.crt
+TLS_KEY=$TLS_DIR/server.key
+TLS_PEM=$TLS_DIR/server.pem # key, server cert, CA cert: the broker's PEM keystore
 
 # ---------------------------------------------------------------- helpers
 
@@ -83,18 +206,118 @@ require_root() {
     [[ $(id -u) -eq 0 ]] || die "this needs root (pg_ctlcluster, runuser)"
 }
 
-# Serialise the commands that change state, so parallel test jobs calling `up`
-# don't start two brokers: re-run this script under flock(1). -o closes the lock fd
-# in the script, so daemons it spawns (postgres via pg_ctlcluster, the broker) do not
-# inherit it: a lock fd held by postgres would block every later call forever.
+# Serialise the commands that change an instance's state, so parallel test jobs calling
+# `up` don't start two brokers: re-run this script under flock(1) on the instance's
+# lock file. -o closes the lock fd in the script, so daemons it spawns (postgres via
+# pg_ctlcluster, the broker) do not inherit it: a lock fd held by postgres would block
+# every later call forever. Each instance has its own lock, so a test stopping its
+# instance never waits for another instance's `up`.
 run_locked() {
     [[ ${KPS_DEV_SERVICES_LOCKED:-} == 1 ]] && return 0
-    mkdir -p "$CACHE_DIR"
+    mkdir -p "$(dirname "$LOCK_FILE")"
     local rc=0
-    KPS_DEV_SERVICES_LOCKED=1 flock -o -w 600 -E 75 "$CACHE_DIR/.lock" \
+    KPS_DEV_SERVICES_LOCKED=1 flock -o -w 600 -E 75 "$LOCK_FILE" \
         bash "${BASH_SOURCE[0]}" "$@" || rc=$?
-    [[ $rc -ne 75 ]] || die "another dev-services.sh held $CACHE_DIR/.lock for 600 s"
+    [[ $rc -ne 75 ]] || die "another dev-services.sh held $LOCK_FILE for 600 s"
     exit "$rc"
+}
+
+# Run "$@" (a function that fetches, installs or generates something all instances
+# share: apt packages, Kafka jars, TLS files, PostgreSQL cluster creation) under one
+# machine-wide lock. The lock fd is closed for "$@" itself (bash keeps a close-on-exec
+# copy to hold the lock), so nothing it spawns can keep the lock alive.
+with_setup_lock() {
+    mkdir -p "$CACHE_DIR"
+    (
+        flock -w 600 9 || die "another dev-services.sh held $CACHE_DIR/.setup.lock for 600 s"
+        "$@" 9>&-
+    ) 9>"$CACHE_DIR/.setup.lock"
+}
+
+# Escape a value for the replacement side of sed's s|||.
+sed_escape() {
+    printf '%s' "$1" | sed -e 's/[\\|&]/\\&/g'
+}
+
+# kill -0 also succeeds on a zombie; on this kind of machine pid 1 may reap exited
+# daemons late, so a zombie counts as dead.
+pid_alive() {
+    local state
+    state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+    [[ $state != Z* ]]
+}
+
+# ---------------------------------------------------------------- TLS
+
+tls_ok() {
+    [[ -s $TLS_CA && -s $TLS_CA_KEY && -s $TLS_CERT && -s $TLS_KEY && -s $TLS_PEM ]] || return 1
+    openssl x509 -in "$TLS_CERT" -noout -checkend $((30 * 86400)) >/dev/null 2>&1 || return 1
+    openssl verify -CAfile "$TLS_CA" "$TLS_CERT" >/dev/null 2>&1 || return 1
+    [[ $(openssl pkey -in "$TLS_KEY" -pubout 2>/dev/null) == "$(openssl x509 -in "$TLS_CERT" -noout -pubkey)" ]]
+}
+
+# The CA and server files, made in the (empty) dir $1. Every step is chained with &&:
+# the caller tests the result, and set -e does not apply inside a tested function.
+tls_make_files() {
+    local dir=$1
+    cat >"$dir/openssl.cnf" <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = unused
+[v3_ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[v3_server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1
+EOF
+    # RSA 2048 and unencrypted PKCS#8 keys: what PostgreSQL, the Kafka broker's PEM
+    # keystore, OpenSSL-based clients (librdkafka) and rustls all accept.
+    (
+        umask 077 && cd "$dir" &&
+            openssl genpkey -quiet -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out ca.key &&
+            openssl req -config openssl.cnf -new -x509 -key ca.key -subj '/CN=kafka-pg-sink dev CA' \
+                -days 3650 -extensions v3_ca -set_serial "0x$(openssl rand -hex 16)" -out ca.crt &&
+            openssl genpkey -quiet -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out server.key &&
+            openssl req -config openssl.cnf -new -key server.key -subj '/CN=localhost' -out server.csr &&
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key \
+                -set_serial "0x$(openssl rand -hex 16)" -days 3650 \
+                -extfile openssl.cnf -extensions v3_server -out server.crt 2>/dev/null &&
+            cat server.key server.crt ca.crt >server.pem &&
+            rm -f server.csr openssl.cnf &&
+            chmod 0644 ca.crt server.crt
+    )
+}
+
+# Generate the CA and server certificate into a temporary dir, then swap it in.
+tls_generate() {
+    tls_ok && return 0 # made by another process while we waited for the lock
+    command -v openssl >/dev/null || apt_install openssl
+    log "generating a CA and a server certificate for localhost/127.0.0.1 in $TLS_DIR"
+    local tmp
+    tmp=$(mktemp -d "$CACHE_DIR/.tls.XXXXXX")
+    if ! tls_make_files "$tmp"; then
+        rm -rf "$tmp"
+        die "openssl failed to generate the TLS files"
+    fi
+    chmod 0755 "$tmp"
+    rm -rf "$TLS_DIR.old"
+    if [[ -e $TLS_DIR ]]; then mv "$TLS_DIR" "$TLS_DIR.old"; fi
+    mv "$tmp" "$TLS_DIR"
+    rm -rf "$TLS_DIR.old"
+    tls_ok || die "generated TLS files in $TLS_DIR do not check out"
+}
+
+tls_ensure() {
+    command -v openssl >/dev/null || with_setup_lock apt_install openssl
+    tls_ok || with_setup_lock tls_generate
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -110,13 +333,19 @@ kafka_java() {
 
 # Fetch the broker and tools jars once per pom content; the marker holds the pom's
 # checksum, so editing the pom (e.g. a version bump) refetches.
+kafka_libs_current() {
+    [[ -f $KAFKA_LIBS_MARKER && $(cat "$KAFKA_LIBS_MARKER") == "$(sha256sum "$KAFKA_SRC_DIR/pom.xml" | cut -d' ' -f1)" ]]
+}
+
 kafka_fetch_libs() {
     [[ -n $KAFKA_VERSION ]] || die "no <kafka.version> in $KAFKA_SRC_DIR/pom.xml"
+    kafka_libs_current || with_setup_lock kafka_fetch_libs_locked
+}
+
+kafka_fetch_libs_locked() {
+    kafka_libs_current && return 0
     local want
     want=$(sha256sum "$KAFKA_SRC_DIR/pom.xml" | cut -d' ' -f1)
-    if [[ -f $KAFKA_LIBS_MARKER && $(cat "$KAFKA_LIBS_MARKER") == "$want" ]]; then
-        return 0
-    fi
     command -v java >/dev/null || apt_install openjdk-17-jre-headless
     command -v mvn >/dev/null || apt_install maven
     log "fetching Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS"
@@ -138,14 +367,6 @@ kafka_fetch_libs() {
     printf '%s\n' "$want" >"$KAFKA_LIBS_MARKER"
 }
 
-# kill -0 also succeeds on a zombie; on this kind of machine pid 1 may reap exited
-# daemons late, so a zombie counts as dead.
-pid_alive() {
-    local state
-    state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    [[ $state != Z* ]]
-}
-
 # Pid from the pid file if that process is alive and really our broker (guards
 # against a stale pid file whose pid was reused).
 kafka_pid() {
@@ -159,46 +380,103 @@ kafka_pid() {
 
 kafka_running() { kafka_pid >/dev/null; }
 
-kafka_render_config() {
-    mkdir -p "$KAFKA_DATA"
-    sed "s|@DATA_DIR@|$KAFKA_DATA|g" "$KAFKA_SRC_DIR/server.properties.template" >"$KAFKA_PROPS"
+# The broker config for this instance, on stdout. The keystore's checksum is part of it,
+# so new TLS files count as a config change (which `up`/`start` apply by restarting).
+kafka_config_text() {
+    sed -e "s|@DATA_DIR@|$(sed_escape "$KAFKA_DATA")|g" \
+        -e "s|@HOST@|$KAFKA_HOST|g" \
+        -e "s|@PORT@|$KAFKA_PORT|g" \
+        -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
+        -e "s|@SASL_PORT@|$KAFKA_SASL_PORT|g" \
+        -e "s|@SSL_PORT@|$KAFKA_SSL_PORT|g" \
+        -e "s|@SASL_USER@|$(sed_escape "$KAFKA_SASL_USER")|g" \
+        -e "s|@SASL_PASSWORD@|$(sed_escape "$KAFKA_SASL_PASSWORD")|g" \
+        -e "s|@KEYSTORE@|$(sed_escape "$TLS_PEM")|g" \
+        "$KAFKA_SRC_DIR/server.properties.template"
+    printf '# sha256 of the keystore when this file was written: %s\n' \
+        "$(sha256sum <"$TLS_PEM" | cut -d' ' -f1)"
+}
+
+# Client configs for the Kafka CLI (--command-config), one per secured listener.
+kafka_write_client_configs() {
+    local jaas_plain jaas_scram
+    jaas_plain="org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$KAFKA_SASL_USER\" password=\"$KAFKA_SASL_PASSWORD\";"
+    jaas_scram="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"$KAFKA_SASL_USER\" password=\"$KAFKA_SASL_PASSWORD\";"
+    printf '%s\n' "# bootstrap: $KAFKA_HOST:$KAFKA_SASL_PORT" 'security.protocol=SASL_PLAINTEXT' \
+        'sasl.mechanism=PLAIN' "sasl.jaas.config=$jaas_plain" >"$KAFKA_RUN/client-sasl-plain.properties"
+    printf '%s\n' "# bootstrap: $KAFKA_HOST:$KAFKA_SASL_PORT" 'security.protocol=SASL_PLAINTEXT' \
+        'sasl.mechanism=SCRAM-SHA-512' "sasl.jaas.config=$jaas_scram" >"$KAFKA_RUN/client-sasl-scram.properties"
+    printf '%s\n' "# bootstrap: $KAFKA_HOST:$KAFKA_SSL_PORT" 'security.protocol=SSL' \
+        'ssl.truststore.type=PEM' "ssl.truststore.location=$TLS_CA" >"$KAFKA_RUN/client-ssl.properties"
+}
+
+kafka_scram_want() {
+    printf 'SCRAM-SHA-512 %s %s' "$KAFKA_SASL_USER" \
+        "$(printf '%s' "$KAFKA_SASL_PASSWORD" | sha256sum | cut -d' ' -f1)"
 }
 
 # KRaft needs its log dir formatted once with a cluster id; later starts reuse it.
+# The SCRAM user goes into the initial metadata, so it exists from the first start.
 kafka_format_if_needed() {
     [[ -f $KAFKA_DATA/meta.properties ]] && return 0
     local cluster_id
     cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid)
     log "formatting Kafka storage (cluster id $cluster_id)"
-    kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_PROPS" >&2 ||
+    rm -f "$KAFKA_SCRAM_MARKER"
+    kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_PROPS" \
+        --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASSWORD]" >&2 ||
         die "kafka.tools.StorageTool format failed"
+    kafka_scram_want >"$KAFKA_SCRAM_MARKER"
 }
 
-# Start the broker in the background, without waiting for it to be ready.
+# A data dir formatted before SCRAM was configured (or with another password) gets the
+# credential through the running broker, once; the marker file records it.
+kafka_ensure_scram() {
+    [[ -f $KAFKA_SCRAM_MARKER && $(<"$KAFKA_SCRAM_MARKER") == "$(kafka_scram_want)" ]] && return 0
+    log "adding the SCRAM-SHA-512 credential of user $KAFKA_SASL_USER"
+    kafka_java kafka.admin.ConfigCommand --bootstrap-server "$KAFKA_HOST:$KAFKA_PORT" --alter \
+        --entity-type users --entity-name "$KAFKA_SASL_USER" \
+        --add-config "SCRAM-SHA-512=[password=$KAFKA_SASL_PASSWORD]" >&2 ||
+        die "kafka.admin.ConfigCommand could not add the SCRAM credential"
+    kafka_scram_want >"$KAFKA_SCRAM_MARKER"
+}
+
+# Start the broker in the background, without waiting for it to be ready. A broker
+# already running with another config (ports, listeners, TLS files) is restarted.
 kafka_launch() {
+    kafka_fetch_libs
+    tls_ensure
+    local config
+    config=$(kafka_config_text)
     if kafka_running; then
-        log "kafka already running (pid $(kafka_pid))"
-        return 0
+        if [[ -f $KAFKA_PROPS && $(<"$KAFKA_PROPS") == "$config" ]]; then
+            log "kafka already running (pid $(kafka_pid))"
+            return 0
+        fi
+        log "kafka is running with an outdated config; restarting it to apply $KAFKA_PROPS"
+        kafka_stop
     fi
     rm -f "$KAFKA_PID_FILE"
     local port
-    for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT"; do
         if port_open "$port"; then
-            die "port $port is in use by another process (not started by this script): $(ss -ltnpH "sport = :$port" 2>/dev/null || true)"
+            die "port $port is in use by another process (another instance, or not started by this script): $(ss -ltnpH "sport = :$port" 2>/dev/null || true)"
         fi
     done
-    kafka_fetch_libs
-    kafka_render_config
+    save_ports
+    mkdir -p "$KAFKA_DATA"
+    printf '%s\n' "$config" >"$KAFKA_PROPS"
+    kafka_write_client_configs
     kafka_format_if_needed
     # Keep the previous run's log for post-mortems; the readiness check greps only this run's.
     if [[ -f $KAFKA_LOG ]]; then mv -f "$KAFKA_LOG" "$KAFKA_LOG.1"; fi
-    log "starting Kafka $KAFKA_VERSION (log: $KAFKA_LOG)"
+    log "starting Kafka $KAFKA_VERSION, instance $INSTANCE, heap $KAFKA_HEAP (log: $KAFKA_LOG)"
     # setsid+nohup: the broker outlives this shell and its terminal. The inner bash
     # writes its own pid and then execs java, so the pid file holds java's pid whether
     # or not setsid had to fork.
     # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
     setsid nohup bash -c 'echo "$$" >"$1"; shift; exec "$@"' _ "$KAFKA_PID_FILE" \
-        java -Xmx1g -Xms256m \
+        java "-Xmx$KAFKA_HEAP" "-Xms$KAFKA_HEAP_MIN" \
         -cp "$KAFKA_LIBS/*" \
         -Dlog4j2.configurationFile="$KAFKA_SRC_DIR/log4j2.properties" \
         kafka.Kafka "$KAFKA_PROPS" \
@@ -213,6 +491,7 @@ kafka_launch() {
 }
 
 # Ready = the process lives, the port accepts, and this run's log says it started.
+# Then the SCRAM credential is made sure of (needs the broker).
 kafka_wait_ready() {
     local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
     while ((SECONDS < deadline)); do
@@ -222,7 +501,8 @@ kafka_wait_ready() {
             die "Kafka failed to start"
         fi
         if port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$KAFKA_LOG"; then
-            log "kafka ready on $KAFKA_HOST:$KAFKA_PORT (pid $(kafka_pid))"
+            kafka_ensure_scram
+            log "kafka ready on $KAFKA_HOST:$KAFKA_PORT (SASL :$KAFKA_SASL_PORT, SSL :$KAFKA_SSL_PORT; pid $(kafka_pid))"
             return 0
         fi
         sleep 0.5
@@ -264,9 +544,16 @@ kafka_stop() {
 
 kafka_reset() {
     kafka_stop
-    # Guard the rm: only ever our own data dir under the cache dir.
-    [[ -n $CACHE_DIR && $KAFKA_DATA == "$CACHE_DIR"/run/kafka/data ]] || die "refusing to wipe $KAFKA_DATA"
+    # Guard the rm: only ever an instance's own data dir under the cache dir.
+    local ok=0
+    if is_default; then
+        [[ $KAFKA_DATA == "$CACHE_DIR"/run/kafka/data ]] && ok=1
+    else
+        [[ $KAFKA_DATA == "$CACHE_DIR/run/$INSTANCE/kafka/data" ]] && ok=1
+    fi
+    [[ -n $CACHE_DIR && $ok == 1 ]] || die "refusing to wipe $KAFKA_DATA"
     rm -rf "$KAFKA_DATA"
+    rm -f "$KAFKA_SCRAM_MARKER"
     log "kafka data wiped ($KAFKA_DATA)"
 }
 
@@ -276,8 +563,34 @@ pg_installed() {
     command -v pg_ctlcluster >/dev/null && [[ -x /usr/lib/postgresql/$PG_VERSION/bin/postgres ]]
 }
 
+pg_install() {
+    pg_installed || apt_install "postgresql-$PG_VERSION"
+}
+
 pg_cluster_exists() {
-    [[ -f /etc/postgresql/$PG_VERSION/$PG_CLUSTER/postgresql.conf ]]
+    [[ -f $PG_CONF_DIR/postgresql.conf ]]
+}
+
+# Named instances' clusters don't start at boot (start.conf manual); pg_ctlcluster
+# starts them all the same.
+pg_create() {
+    pg_cluster_exists && return 0
+    local opts=(-p "$PG_PORT")
+    is_default || opts+=(--start-conf manual)
+    log "creating PostgreSQL cluster $PG_VERSION/$PG_CLUSTER"
+    pg_createcluster "${opts[@]}" "$PG_VERSION" "$PG_CLUSTER" >&2
+}
+
+# Drop a named instance's cluster, with the files pg_dropcluster leaves behind (our
+# conf.d drop-in and TLS copies keep the config dir, which blocks a later re-create).
+pg_drop() {
+    require_root
+    [[ $PG_CLUSTER == kps_* ]] || die "refusing to drop cluster $PG_VERSION/$PG_CLUSTER (not kps_*)"
+    if pg_cluster_exists; then
+        log "dropping PostgreSQL cluster $PG_VERSION/$PG_CLUSTER"
+        pg_dropcluster --stop "$PG_VERSION" "$PG_CLUSTER" >&2
+    fi
+    if [[ -d $PG_CONF_DIR ]]; then rm -rf "$PG_CONF_DIR"; fi
 }
 
 # pg_ctlcluster status checks the postmaster pid file and that the process lives.
@@ -297,29 +610,68 @@ pg_tcp_ok() {
         -U "$PG_USER" -d "$PG_DB" -c 'select 1' 2>/dev/null | grep -qx 1
 }
 
+# The same over TLS, verifying the server certificate against our CA.
+pg_tls_ok() {
+    PGPASSWORD=$PG_PASSWORD PGCONNECT_TIMEOUT=5 psql -X -q -At \
+        "host=$PG_HOST port=$PG_PORT user=$PG_USER dbname=$PG_DB sslmode=verify-full sslrootcert=$TLS_CA" \
+        -c 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' 2>/dev/null | grep -qx t
+}
+
+# The settings a running server must show, one line (see pg_in_effect).
+pg_want_in_effect() {
+    printf '%s' "$PG_MAX_CONNECTIONS $PG_HOST on $PG_TLS_CERT $PG_TLS_KEY"
+}
+
+pg_in_effect() {
+    local got
+    got=$(pg_superuser_psql -At -c 'show max_connections' -c 'show listen_addresses' \
+        -c 'show ssl' -c 'show ssl_cert_file' -c 'show ssl_key_file' 2>/dev/null | paste -sd' ') || return 1
+    [[ $got == "$(pg_want_in_effect)" ]]
+}
+
 # Settings are applied before start (listen_addresses and max_connections need a
 # restart anyway). Durability settings are left at their defaults on purpose.
-# listen_addresses/max_connections go into a conf.d drop-in, which Debian clusters
-# include by default: pg_conftool would write 127.0.0.1 unquoted, which PostgreSQL
-# rejects as a syntax error. Debian's tools read the port from postgresql.conf, so
-# that one stays there.
+# listen_addresses/max_connections/ssl* go into a conf.d drop-in, which Debian clusters
+# include by default (after their own ssl_* lines, so ours win): pg_conftool would write
+# 127.0.0.1 unquoted, which PostgreSQL rejects as a syntax error. Debian's tools read
+# the port from postgresql.conf, so that one stays there.
+# Sets PG_CONF_CHANGED=1 if a file changed.
 pg_configure() {
-    local conf_dir=/etc/postgresql/$PG_VERSION/$PG_CLUSTER
-    local dropin=$conf_dir/conf.d/kafka-pg-sink.conf
+    local dropin=$PG_CONF_DIR/conf.d/kafka-pg-sink.conf
     local want
     want=$(printf '%s\n' \
         '# Written by kafka-pg-sink scripts/dev-services.sh; local dev/test settings.' \
         "listen_addresses = '$PG_HOST'" \
-        "max_connections = $PG_MAX_CONNECTIONS")
-    pg_conftool "$PG_VERSION" "$PG_CLUSTER" set port "$PG_PORT"
-    if ! grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$conf_dir/postgresql.conf"; then
-        printf "\ninclude_dir = 'conf.d'\n" >>"$conf_dir/postgresql.conf"
+        "max_connections = $PG_MAX_CONNECTIONS" \
+        'ssl = on' \
+        "ssl_cert_file = '$PG_TLS_CERT'" \
+        "ssl_key_file = '$PG_TLS_KEY'")
+    PG_CONF_CHANGED=0
+    if [[ $(pg_conftool -s "$PG_VERSION" "$PG_CLUSTER" show port 2>/dev/null || true) != "$PG_PORT" ]]; then
+        pg_conftool "$PG_VERSION" "$PG_CLUSTER" set port "$PG_PORT"
+        PG_CONF_CHANGED=1
     fi
-    mkdir -p "$conf_dir/conf.d"
+    if ! grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$PG_CONF_DIR/postgresql.conf"; then
+        printf "\ninclude_dir = 'conf.d'\n" >>"$PG_CONF_DIR/postgresql.conf"
+        PG_CONF_CHANGED=1
+    fi
+    mkdir -p "$PG_CONF_DIR/conf.d"
     if [[ ! -f $dropin || $(<"$dropin") != "$want" ]]; then
         printf '%s\n' "$want" >"$dropin"
         chown postgres:postgres "$dropin"
+        PG_CONF_CHANGED=1
     fi
+    # Copies of the server cert and key that the postgres user can read; PostgreSQL
+    # refuses a key file that is not 0600 (or 0640 root-owned).
+    install -d -o postgres -g postgres -m 0700 "$PG_TLS_DIR"
+    local src dst mode
+    for src in "$TLS_CERT" "$TLS_KEY"; do
+        if [[ $src == "$TLS_KEY" ]]; then dst=$PG_TLS_KEY mode=600; else dst=$PG_TLS_CERT mode=644; fi
+        if ! cmp -s "$src" "$dst" || [[ $(stat -c '%U:%G %a' "$dst") != "postgres:postgres $mode" ]]; then
+            install -o postgres -g postgres -m "$mode" "$src" "$dst"
+            PG_CONF_CHANGED=1
+        fi
+    done
 }
 
 pg_log_tail() {
@@ -329,22 +681,29 @@ pg_log_tail() {
 
 pg_start() {
     require_root
-    pg_installed || apt_install "postgresql-$PG_VERSION"
-    if ! pg_cluster_exists; then
-        log "creating PostgreSQL cluster $PG_VERSION/$PG_CLUSTER"
-        pg_createcluster -p "$PG_PORT" "$PG_VERSION" "$PG_CLUSTER" >&2
-    fi
+    pg_installed || with_setup_lock pg_install
+    tls_ensure
+    pg_cluster_exists || with_setup_lock pg_create
+    save_ports
     pg_configure
     if pg_running; then
-        # Running already, maybe started by someone else without our settings:
-        # only restart if what is in effect is not what the tests need.
-        local in_effect
-        in_effect=$(pg_superuser_psql -At -c 'show max_connections' -c 'show listen_addresses' | paste -sd' ')
-        if [[ $in_effect == "$PG_MAX_CONNECTIONS $PG_HOST" ]]; then
-            log "postgres already running ($PG_VERSION/$PG_CLUSTER)"
+        # Running already, maybe started by someone else without our settings, or our
+        # files changed: reload (enough for the TLS settings, and sessions survive it);
+        # restart only if what is in effect is still not what the tests need.
+        if [[ $PG_CONF_CHANGED == 1 ]] || ! pg_in_effect; then
+            log "postgres running with other settings; reloading $PG_VERSION/$PG_CLUSTER"
+            pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" reload || { pg_log_tail; die "pg reload failed"; }
+            local _
+            for _ in $(seq 20); do
+                pg_in_effect && break
+                sleep 0.25
+            done
+            if ! pg_in_effect; then
+                log "settings not in effect after reload; restarting $PG_VERSION/$PG_CLUSTER"
+                pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m fast || { pg_log_tail; die "pg restart failed"; }
+            fi
         else
-            log "postgres running with '$in_effect'; restarting to apply settings"
-            pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m fast || { pg_log_tail; die "pg restart failed"; }
+            log "postgres already running ($PG_VERSION/$PG_CLUSTER)"
         fi
     else
         if port_open "$PG_PORT"; then
@@ -364,7 +723,12 @@ pg_start() {
         pg_superuser_psql -c "ALTER ROLE $PG_USER WITH PASSWORD '$PG_PASSWORD'"
         pg_tcp_ok || { pg_log_tail; die "password login as $PG_USER over TCP to $PG_HOST:$PG_PORT fails (check pg_hba.conf)"; }
     fi
-    log "postgres ready on $PG_HOST:$PG_PORT"
+    deadline=$((SECONDS + 10))
+    until pg_tls_ok; do
+        ((SECONDS < deadline)) || { pg_log_tail; die "TLS login (sslmode=verify-full, CA $TLS_CA) to $PG_HOST:$PG_PORT fails"; }
+        sleep 0.25
+    done
+    log "postgres ready on $PG_HOST:$PG_PORT (plain and TLS)"
 }
 
 pg_stop() {
@@ -381,27 +745,51 @@ pg_stop() {
 # ---------------------------------------------------------------- commands
 
 cmd_up() {
-    # Launch Kafka first so the JVM boots while PostgreSQL starts.
-    kafka_launch
-    pg_start
-    kafka_wait_ready
+    case ${1:-} in
+    kafka) kafka_start ;;
+    postgres) pg_start ;;
+    '')
+        # Launch Kafka first so the JVM boots while PostgreSQL starts.
+        kafka_launch
+        pg_start
+        kafka_wait_ready
+        ;;
+    *) usage ;;
+    esac
 }
 
 cmd_down() {
-    kafka_stop
-    pg_stop
+    case ${1:-} in
+    kafka) kafka_stop ;;
+    postgres) pg_stop ;;
+    '')
+        kafka_stop
+        pg_stop
+        ;;
+    *) usage ;;
+    esac
 }
 
 cmd_env() {
     printf 'export KAFKA_BOOTSTRAP_SERVERS=%s:%s\n' "$KAFKA_HOST" "$KAFKA_PORT"
     printf 'export DATABASE_URL=postgres://%s:%s@%s:%s/%s\n' \
         "$PG_USER" "$PG_PASSWORD" "$PG_HOST" "$PG_PORT" "$PG_DB"
+    printf 'export KPS_TLS_CA=%s\n' "$TLS_CA"
+    printf 'export KPS_KAFKA_SASL_BOOTSTRAP=%s:%s\n' "$KAFKA_HOST" "$KAFKA_SASL_PORT"
+    printf 'export KPS_KAFKA_SSL_BOOTSTRAP=%s:%s\n' "$KAFKA_HOST" "$KAFKA_SSL_PORT"
+    printf 'export KPS_KAFKA_SASL_USER=%s\n' "$KAFKA_SASL_USER"
+    printf 'export KPS_KAFKA_SASL_PASSWORD=%s\n' "$KAFKA_SASL_PASSWORD"
 }
 
 cmd_status() {
     local pid
+    is_default || echo "instance: $INSTANCE (run dir $INSTANCE_DIR)"
     if pid=$(kafka_pid); then
-        echo "kafka: running (pid $pid, $KAFKA_HOST:$KAFKA_PORT, Kafka $KAFKA_VERSION)"
+        local stale=''
+        if [[ ! -f $TLS_PEM || ! -f $KAFKA_PROPS || $(<"$KAFKA_PROPS") != "$(kafka_config_text)" ]]; then
+            stale='; config outdated: up restarts it'
+        fi
+        echo "kafka: running (pid $pid, $KAFKA_HOST:$KAFKA_PORT, SASL :$KAFKA_SASL_PORT, SSL :$KAFKA_SSL_PORT, Kafka $KAFKA_VERSION$stale)"
     else
         echo "kafka: stopped"
     fi
@@ -410,6 +798,37 @@ cmd_status() {
     else
         echo "postgres: stopped"
     fi
+}
+
+# Named instances: a run dir, or a kps_* cluster (e.g. left by a failed destroy).
+cmd_list() {
+    {
+        local dir
+        for dir in "$CACHE_DIR"/run/*/; do
+            dir=${dir%/}
+            dir=${dir##*/}
+            [[ $dir != kafka && $dir != '*' ]] && printf '%s\n' "$dir"
+        done
+        for dir in /etc/postgresql/"$PG_VERSION"/kps_*/; do
+            [[ -f $dir/postgresql.conf ]] || continue
+            dir=${dir%/}
+            printf '%s\n' "${dir##*/kps_}"
+        done
+    } | sort -u
+}
+
+cmd_destroy() {
+    is_default && die "destroy works on named instances only (set KPS_INSTANCE); the default instance has reset"
+    kafka_stop
+    pg_drop
+    [[ -n $CACHE_DIR && $INSTANCE_DIR == "$CACHE_DIR/run/$INSTANCE" ]] || die "refusing to delete $INSTANCE_DIR"
+    rm -rf "$INSTANCE_DIR"
+    log "instance $INSTANCE destroyed"
+}
+
+cmd_reset() {
+    kafka_reset
+    if is_default; then pg_stop; else pg_drop; fi
 }
 
 # start|stop|restart for one service.
@@ -432,19 +851,18 @@ cmd_service() {
 main() {
     local cmd=${1:-}
     case $cmd in
-    up | down | start | stop | restart | reset) run_locked "$@" ;;
+    up | down | start | stop | restart | reset | destroy) run_locked "$@" ;;
     esac
     [[ $# -gt 0 ]] && shift
     case $cmd in
-    up) cmd_up ;;
-    down) cmd_down ;;
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;
+    list) cmd_list ;;
     start | stop | restart) cmd_service "$cmd" "$@" ;;
-    reset)
-        kafka_reset
-        pg_stop
-        ;;
+    reset) cmd_reset ;;
+    destroy) cmd_destroy ;;
     kafka-run)
         [[ $# -ge 1 ]] || usage
         kafka_fetch_libs

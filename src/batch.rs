@@ -3,12 +3,13 @@
 //! A sealed batch is everything one transaction needs: the fenced offset advances, the rows
 //! already in the bytes COPY reads, and the statements that apply staged upserts and deletes.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-
-use crate::mapping::{TableRows, TopicMapper};
+use crate::dead_letter::{DeadLetter, OwnedRecord};
+use crate::mapping::{Rows, TableRows, TopicMapper};
 use crate::offsets::OffsetAdvance;
+use crate::pgcopy::CopyData;
 use crate::schema::{quote_ident, Table};
 
 /// The ordinal column of staging tables: a record's position in its batch.
@@ -16,13 +17,84 @@ const ORDINAL: &str = "__kps_ord";
 
 /// What one table receives in a transaction.
 pub struct TableWrite {
+    /// `schema.table`, for dead letters and messages.
+    pub table: String,
     /// Statements that prepare the session (temporary staging tables), run once per
     /// connection; the name identifies them.
     pub setup: Option<(String, Vec<String>)>,
-    /// COPY statements and their data.
-    pub copies: Vec<(String, Bytes)>,
+    /// COPY streams, each with its rows' ordinals (and records, where rejected rows become
+    /// dead letters).
+    pub copies: Vec<StagedCopy>,
     /// Statements run after the copies (upsert merges and deletes).
     pub statements: Vec<String>,
+    /// Set when rows PostgreSQL rejects become dead letters instead of failing the batch.
+    pub dead_letters: Option<DeadLetterTarget>,
+}
+
+/// One COPY stream of a table write.
+pub struct StagedCopy {
+    pub statement: String,
+    pub data: CopyData,
+    /// Increasing; one per row.
+    pub ordinals: Vec<i64>,
+    /// One per row, or empty when not kept.
+    pub origins: Vec<OwnedRecord>,
+}
+
+/// Where a rejected row's dead letter goes.
+#[derive(Debug, Clone)]
+pub struct DeadLetterTarget {
+    pub topic: Arc<str>,
+    pub produce_to: Option<Arc<str>>,
+}
+
+impl TableWrite {
+    /// Ordinals of the rows in `lo..hi`, across copies, in order.
+    pub fn ordinals_in(&self, lo: i64, hi: i64) -> Vec<i64> {
+        let mut out: Vec<i64> = self
+            .copies
+            .iter()
+            .flat_map(|c| c.ordinals.iter().copied().filter(|&o| o >= lo && o < hi))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The full ordinal range.
+    pub fn span(&self) -> (i64, i64) {
+        let lo = self
+            .copies
+            .iter()
+            .filter_map(|c| c.ordinals.first())
+            .min()
+            .copied()
+            .unwrap_or(0);
+        let hi = self
+            .copies
+            .iter()
+            .filter_map(|c| c.ordinals.last())
+            .max()
+            .copied()
+            .unwrap_or(-1);
+        (lo, hi + 1)
+    }
+
+    /// The dead letter for the row with `ordinal`, rejected with `message`.
+    pub fn dead_letter(&self, ordinal: i64, message: String) -> Option<DeadLetter> {
+        let target = self.dead_letters.as_ref()?;
+        let record = self.copies.iter().find_map(|c| {
+            let i = c.ordinals.binary_search(&ordinal).ok()?;
+            c.origins.get(i).cloned()
+        })?;
+        Some(DeadLetter {
+            topic: target.topic.clone(),
+            record,
+            kind: crate::dead_letter::ErrorKind::Rejected,
+            message,
+            table: self.table.clone(),
+            produce_to: target.produce_to.clone(),
+        })
+    }
 }
 
 /// What one transaction writes; built by the consumer thread, consumed by a writer.
@@ -31,6 +103,8 @@ pub struct Batch {
     pub lane: usize,
     pub offsets: Vec<OffsetAdvance>,
     pub writes: Vec<TableWrite>,
+    /// Records that could not be mapped, kept as dead letters in this transaction.
+    pub dead_letters: Vec<DeadLetter>,
     /// Records consumed.
     pub records: usize,
     /// Rows copied (upserted or inserted) and keys deleted.
@@ -57,7 +131,9 @@ impl Batch {
 #[derive(Default)]
 pub struct OpenBatch {
     /// Indexed by route; created on a route's first record.
-    tables: Vec<Option<TableRows>>,
+    tables: Vec<Option<(DeadLetterTarget, TableRows)>>,
+    /// Records that could not be mapped.
+    pub dead_letters: Vec<DeadLetter>,
     pub records: usize,
     pub bytes: usize,
     pub opened_at: Option<Instant>,
@@ -68,12 +144,23 @@ impl OpenBatch {
         self.records == 0
     }
 
-    /// The rows for `route`, created on first use.
-    pub fn table_rows(&mut self, route: usize, mapper: &TopicMapper) -> &mut TableRows {
+    /// The rows for `route` (topic `topic`), created on first use.
+    pub fn table_rows(
+        &mut self,
+        route: usize,
+        topic: &Arc<str>,
+        mapper: &TopicMapper,
+    ) -> &mut TableRows {
         if self.tables.len() <= route {
             self.tables.resize_with(route + 1, || None);
         }
-        self.tables[route].get_or_insert_with(|| mapper.new_rows())
+        let target = DeadLetterTarget {
+            topic: topic.clone(),
+            produce_to: mapper.dead_letter_topic().cloned(),
+        };
+        &mut self.tables[route]
+            .get_or_insert_with(|| (target, mapper.new_rows()))
+            .1
     }
 
     /// Counts a record that has been encoded into this batch.
@@ -93,9 +180,9 @@ impl OpenBatch {
         let open = std::mem::take(self);
         let mut writes = Vec::new();
         let mut rows = 0;
-        for table_rows in open.tables.into_iter().flatten() {
+        for (target, table_rows) in open.tables.into_iter().flatten() {
             rows += table_rows.rows();
-            if let Some(write) = table_write(table_rows) {
+            if let Some(write) = table_write(table_rows, target) {
                 writes.push(write);
             }
         }
@@ -104,6 +191,7 @@ impl OpenBatch {
             lane,
             offsets,
             writes,
+            dead_letters: open.dead_letters,
             records: open.records,
             rows,
             bytes: open.bytes,
@@ -114,30 +202,34 @@ impl OpenBatch {
 
 /// The statements for one table's rows: plain COPYs in insert mode; COPYs into staging tables
 /// and the merge and delete in upsert mode.
-fn table_write(rows: TableRows) -> Option<TableWrite> {
+pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWrite> {
     let table = rows.table.clone();
+    let dead_letters = rows.keep_origins.then_some(target);
     let names = |columns: &[u16]| -> Vec<String> {
         columns
             .iter()
             .map(|&i| quote_ident(&table.columns[i as usize].name))
             .collect()
     };
+    let staged = |statement: String, r: Rows| StagedCopy {
+        statement,
+        data: r.buffer.finish_rows(),
+        ordinals: r.ordinals,
+        origins: r.origins,
+    };
     let Some(keys) = rows.upsert_keys.clone() else {
-        let copies: Vec<(String, Bytes)> = rows
+        let copies: Vec<StagedCopy> = rows
             .shapes
             .into_iter()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|(columns, buffer)| {
-                (
-                    copy_statement(&table.qualified(), &names(&columns)),
-                    buffer.finish(),
-                )
-            })
+            .filter(|r| !r.buffer.is_empty())
+            .map(|r| staged(copy_statement(&table.qualified(), &names(&r.columns)), r))
             .collect();
-        return (!copies.is_empty()).then_some(TableWrite {
+        return (!copies.is_empty()).then(|| TableWrite {
+            table: table.to_string(),
             setup: None,
             copies,
             statements: Vec::new(),
+            dead_letters,
         });
     };
     let staging = Staging::of(&table);
@@ -147,20 +239,20 @@ fn table_write(rows: TableRows) -> Option<TableWrite> {
     let upsert_columns = rows
         .shapes
         .iter()
-        .find(|(_, b)| !b.is_empty())
-        .map(|(c, _)| c.clone());
-    let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.is_empty());
-    for (columns, buffer) in rows.shapes {
-        if !buffer.is_empty() {
-            let mut cols = names(&columns);
+        .find(|r| !r.buffer.is_empty())
+        .map(|r| r.columns.clone());
+    let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.buffer.is_empty());
+    for r in rows.shapes {
+        if !r.buffer.is_empty() {
+            let mut cols = names(&r.columns);
             cols.push(quote_ident(ORDINAL));
-            copies.push((copy_statement(&staging.upserts, &cols), buffer.finish()));
+            copies.push(staged(copy_statement(&staging.upserts, &cols), r));
         }
     }
-    if let Some(deletes) = rows.deletes.filter(|d| !d.is_empty()) {
+    if let Some(deletes) = rows.deletes.filter(|d| !d.buffer.is_empty()) {
         let mut cols = key_names.clone();
         cols.push(quote_ident(ORDINAL));
-        copies.push((copy_statement(&staging.deletes, &cols), deletes.finish()));
+        copies.push(staged(copy_statement(&staging.deletes, &cols), deletes));
     }
     if copies.is_empty() {
         return None;
@@ -226,9 +318,11 @@ fn table_write(rows: TableRows) -> Option<TableWrite> {
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
+        table: table.to_string(),
         setup: Some((staging.upserts.clone(), staging.create(&table, &key_names))),
         copies,
         statements,
+        dead_letters,
     })
 }
 

@@ -55,7 +55,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         }
     };
 
-    let kafka: Option<BaseConsumer> = match consumer::client_config(&settings.kafka).create() {
+    let kafka: Option<BaseConsumer> = match consumer::admin_config(&settings.kafka).create() {
         Ok(c) => Some(c),
         Err(e) => {
             problems.push(format!("kafka: invalid client settings: {e}"));

@@ -41,6 +41,55 @@ pub enum Command {
     Migrate,
     /// Validate the configuration, reach Kafka and PostgreSQL, and check every table mapping.
     Check,
+    /// Inspect dead letters, or write them again after fixing the data or the table.
+    #[command(subcommand)]
+    DeadLetters(DeadLetterCommand),
+}
+
+/// `dead-letters list|replay`.
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterCommand {
+    /// Print dead letters of this consumer group.
+    List {
+        #[command(flatten)]
+        selection: SelectionArgs,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Map the selected dead letters again; those that now succeed become rows and leave the
+    /// dead-letter table, in one transaction.
+    Replay {
+        #[command(flatten)]
+        selection: SelectionArgs,
+        /// Report what would happen, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Which dead letters.
+#[derive(Debug, clap::Args)]
+pub struct SelectionArgs {
+    /// Only this topic.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only these ids (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// At most this many.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: i64,
+}
+
+impl SelectionArgs {
+    pub fn selection(&self) -> crate::dead_letter_cmd::Selection {
+        crate::dead_letter_cmd::Selection {
+            topic: self.topic.clone(),
+            ids: self.ids.clone(),
+            limit: self.limit,
+        }
+    }
 }
 
 impl Cli {

@@ -205,6 +205,26 @@ pub struct TopicSettings {
     /// Columns that take the record's Kafka metadata instead of a value field.
     #[serde(default)]
     pub metadata: MetadataColumns,
+    /// A record that cannot be written: stop (`fail`) or keep it in `kafka_dead_letters`.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Also produce dead letters to this topic (at least once: before the batch commits).
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
+    /// Larger values (and keys) are errors (per `on_error`) without being decoded.
+    #[serde(default = "default_max_record_bytes")]
+    pub max_record_bytes: ByteSize,
+}
+
+/// What happens to a record the sink cannot write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop at the record, with an error naming it; the position stays there.
+    #[default]
+    Fail,
+    /// Write it to `kafka_dead_letters` in the batch's transaction and go on.
+    DeadLetter,
 }
 
 impl TopicSettings {
@@ -347,6 +367,9 @@ fn default_schema() -> String {
 fn default_true() -> bool {
     true
 }
+fn default_max_record_bytes() -> ByteSize {
+    ByteSize::mib(16)
+}
 
 /// Overrides given on the command line; they win over file and environment.
 #[derive(Debug, Default, Clone)]
@@ -467,6 +490,11 @@ impl Settings {
             }
             if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
                 return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));
+            }
+            if topic.dead_letter_topic.is_some() && topic.on_error != OnError::DeadLetter {
+                return invalid(format!(
+                    "topic {label}: dead_letter_topic needs on_error = \"dead_letter\""
+                ));
             }
             match (topic.format, &topic.raw_column) {
                 (RecordFormat::Raw, None) => {

@@ -18,49 +18,71 @@ use crate::shutdown::Shutdown;
 /// The longest the loop sleeps in `poll`; bounds how late a due batch is sealed.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
 
-/// librdkafka settings for the sink's consumer: Kafka never stores a position for it.
-pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
+/// A client configuration: the sink's settings for this client, then the user's
+/// `kafka.properties` (SASL, SSL, tuning), which win.
+fn with_properties(kafka: &KafkaSettings, own: &[(&str, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &kafka.bootstrap_servers)
-        .set("group.id", &kafka.group_id)
-        .set("client.id", "kafka-pg-sink")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog;
-        // and when that bound is reached, fetch again soon rather than after the default 1 s,
-        // which left the writers idle half of the time.
-        .set("queued.max.messages.kbytes", "16384")
-        .set("fetch.queue.backoff.ms", "10")
-        // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
-        .set("topic.metadata.refresh.interval.ms", "30000")
-        .set(
-            "auto.offset.reset",
-            match kafka.auto_offset_reset {
-                ResetPolicy::Earliest => "earliest",
-                ResetPolicy::Latest => "latest",
-                ResetPolicy::Fail => "error",
-            },
-        );
-    match kafka.group_protocol {
-        GroupProtocol::Classic => {
-            config
-                .set("group.protocol", "classic")
-                .set("partition.assignment.strategy", "cooperative-sticky")
-                .set(
-                    "session.timeout.ms",
-                    kafka.session_timeout.as_millis().to_string(),
-                );
-        }
-        GroupProtocol::Consumer => {
-            config.set("group.protocol", "consumer");
-        }
+        .set("client.id", "kafka-pg-sink");
+    for (key, value) in own {
+        config.set(*key, value);
     }
     for (key, value) in &kafka.properties {
         config.set(key, value);
     }
     config
+}
+
+/// A producer for dead-letter topics: idempotent, acknowledged by all replicas.
+pub fn dead_letter_producer_config(kafka: &KafkaSettings) -> ClientConfig {
+    with_properties(
+        kafka,
+        &[
+            ("enable.idempotence", "true".into()),
+            ("acks", "all".into()),
+        ],
+    )
+}
+
+/// A client for metadata and watermarks only (`check`, `lag`): no group membership.
+pub fn admin_config(kafka: &KafkaSettings) -> ClientConfig {
+    with_properties(kafka, &[])
+}
+
+/// librdkafka settings for the sink's consumer: Kafka never stores a position for it.
+pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
+    let reset = match kafka.auto_offset_reset {
+        ResetPolicy::Earliest => "earliest",
+        ResetPolicy::Latest => "latest",
+        ResetPolicy::Fail => "error",
+    };
+    let mut own = vec![
+        ("group.id", kafka.group_id.clone()),
+        ("enable.auto.commit", "false".into()),
+        ("enable.auto.offset.store", "false".into()),
+        ("enable.partition.eof", "false".into()),
+        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog;
+        // and when that bound is reached, fetch again soon rather than after the default 1 s,
+        // which left the writers idle half of the time.
+        ("queued.max.messages.kbytes", "16384".into()),
+        ("fetch.queue.backoff.ms", "10".into()),
+        // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
+        ("topic.metadata.refresh.interval.ms", "30000".into()),
+        ("auto.offset.reset", reset.into()),
+    ];
+    match kafka.group_protocol {
+        GroupProtocol::Classic => {
+            own.push(("group.protocol", "classic".into()));
+            own.push(("partition.assignment.strategy", "cooperative-sticky".into()));
+            own.push((
+                "session.timeout.ms",
+                kafka.session_timeout.as_millis().to_string(),
+            ));
+        }
+        GroupProtocol::Consumer => own.push(("group.protocol", "consumer".into())),
+    }
+    with_properties(kafka, &own)
 }
 
 /// Polls until shutdown or a fatal error, then commits what is complete and leaves the group.

@@ -8,6 +8,8 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod consumer;
+pub mod dead_letter;
+pub mod dead_letter_cmd;
 pub mod mapping;
 pub mod migrate;
 pub mod offsets;

@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kafka_pg_sink::cli::{Cli, Command};
+use kafka_pg_sink::cli::{Cli, Command, DeadLetterCommand};
 use kafka_pg_sink::config::Settings;
 use kafka_pg_sink::shutdown::Shutdown;
-use kafka_pg_sink::{check, migrate, startup, telemetry};
+use kafka_pg_sink::{check, dead_letter_cmd, migrate, startup, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -50,6 +50,25 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Check => {
             let settings = Settings::load(file, &overrides)?;
             check::run(&settings).await
+        }
+        Command::DeadLetters(command) => {
+            let settings = Settings::load(file, &overrides)?;
+            match command {
+                DeadLetterCommand::List { selection, json } => {
+                    dead_letter_cmd::list(&settings, &selection.selection(), json).await
+                }
+                DeadLetterCommand::Replay { selection, dry_run } => {
+                    let done =
+                        dead_letter_cmd::replay(&settings, &selection.selection(), dry_run).await?;
+                    if done.still_failing > 0 {
+                        anyhow::bail!(
+                            "{} dead letter(s) still fail; see above",
+                            done.still_failing
+                        );
+                    }
+                    Ok(())
+                }
+            }
         }
         Command::Run => {
             let settings = Settings::load(file, &overrides)?;

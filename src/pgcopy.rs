@@ -13,7 +13,8 @@ const TRAILER: [u8; 2] = (-1i16).to_be_bytes();
 /// One COPY stream's worth of rows, all with the same column list.
 pub struct CopyBuffer {
     buf: BytesMut,
-    rows: usize,
+    /// Where each row starts, so that a subset of rows can be sent again on its own.
+    row_starts: Vec<usize>,
 }
 
 impl Default for CopyBuffer {
@@ -26,11 +27,14 @@ impl CopyBuffer {
     pub fn new() -> Self {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         buf.put_slice(HEADER);
-        Self { buf, rows: 0 }
+        Self {
+            buf,
+            row_starts: Vec::new(),
+        }
     }
 
     pub fn rows(&self) -> usize {
-        self.rows
+        self.row_starts.len()
     }
 
     pub fn len(&self) -> usize {
@@ -38,7 +42,7 @@ impl CopyBuffer {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows == 0
+        self.row_starts.is_empty()
     }
 
     /// The bytes so far (header and rows, no trailer), for inspection in tests.
@@ -54,8 +58,8 @@ impl CopyBuffer {
     }
 
     /// Completes the row begun at `mark`.
-    pub fn end_row(&mut self, _mark: RowMark) {
-        self.rows += 1;
+    pub fn end_row(&mut self, mark: RowMark) {
+        self.row_starts.push(mark.0);
     }
 
     /// Drops a partly written row, leaving the buffer as it was before `begin_row`.
@@ -90,6 +94,46 @@ impl CopyBuffer {
     pub fn finish(mut self) -> Bytes {
         self.buf.put_slice(&TRAILER);
         self.buf.freeze()
+    }
+
+    /// Ends the stream and keeps the row boundaries, for sending subsets later.
+    pub fn finish_rows(mut self) -> CopyData {
+        let row_starts = std::mem::take(&mut self.row_starts);
+        CopyData {
+            data: self.finish(),
+            row_starts,
+        }
+    }
+}
+
+/// A finished COPY stream that still knows where its rows are.
+#[derive(Debug, Clone)]
+pub struct CopyData {
+    pub data: Bytes,
+    row_starts: Vec<usize>,
+}
+
+impl CopyData {
+    pub fn rows(&self) -> usize {
+        self.row_starts.len()
+    }
+
+    /// Rows `from..to` as a COPY stream of their own (header, rows, trailer).
+    pub fn subset(&self, from: usize, to: usize) -> Bytes {
+        if from == 0 && to == self.rows() {
+            return self.data.clone();
+        }
+        let start = self.row_starts[from];
+        let end = if to == self.rows() {
+            self.data.len() - TRAILER.len()
+        } else {
+            self.row_starts[to]
+        };
+        let mut out = BytesMut::with_capacity(HEADER.len() + end - start + TRAILER.len());
+        out.put_slice(HEADER);
+        out.put_slice(&self.data[start..end]);
+        out.put_slice(&TRAILER);
+        out.freeze()
     }
 }
 
@@ -240,6 +284,29 @@ mod tests {
         assert_eq!(copy.rows(), 0);
         let data = copy.finish();
         assert_eq!(&data[..], [HEADER, &TRAILER].concat().as_slice());
+    }
+
+    #[test]
+    fn a_subset_of_rows_is_a_stream_of_its_own() {
+        let mut copy = CopyBuffer::new();
+        for v in [b"a", b"b", b"c"] {
+            let mark = copy.begin_row(1);
+            copy.bytes(v);
+            copy.end_row(mark);
+        }
+        let data = copy.finish_rows();
+        let row = |v: &[u8]| [&1i16.to_be_bytes()[..], &1i32.to_be_bytes(), v].concat();
+        assert_eq!(
+            &data.subset(1, 2)[..],
+            [HEADER, &row(b"b"), &TRAILER].concat().as_slice()
+        );
+        assert_eq!(
+            &data.subset(1, 3)[..],
+            [HEADER, &row(b"b"), &row(b"c"), &TRAILER]
+                .concat()
+                .as_slice()
+        );
+        assert_eq!(data.subset(0, 3), data.data);
     }
 
     /// Prints the binary numeric back as decimal text with exactly `dscale` fraction digits.

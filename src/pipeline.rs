@@ -16,8 +16,10 @@ use rand::Rng;
 use rdkafka::Offset;
 
 use crate::batch::{Batch, OpenBatch};
+use crate::config::OnError;
 use crate::config::{BatchSettings, ResetPolicy};
-use crate::mapping::{EncodeError, RecordView, TopicMapper};
+use crate::dead_letter::{DeadLetter, ErrorKind, OwnedRecord};
+use crate::mapping::{EncodeError, MapError, RecordView, TopicMapper};
 use crate::offsets::{OffsetAdvance, OffsetStore, StoredOffset, TopicPartition};
 use crate::routing::Router;
 use crate::stats::Stats;
@@ -287,19 +289,35 @@ impl Pipeline {
             .get_mut(&(route, record.partition))
             .expect("checked above; sealing does not remove partitions");
         if let Err(e) = encoded {
-            let reason = match e {
-                EncodeError::Invalid(e) => e.to_string(),
-                EncodeError::ShapeChanged => "its columns do not fit a fresh batch".into(),
+            let error = match e {
+                EncodeError::Invalid(e) => e,
+                EncodeError::ShapeChanged => {
+                    MapError::Unsupported("a column list that does not fit a fresh batch".into())
+                }
             };
-            let fatal = Fatal::Mapping {
-                tp: p.tp.clone(),
-                offset: record.offset,
-                reason,
-            };
-            // Everything before this record is complete: commit it so the position is here.
-            p.status = Status::Fenced;
-            self.set_fatal(fatal);
-            return;
+            let Route { topic, mapper } = &self.routes[route];
+            if mapper.on_error() == OnError::DeadLetter {
+                // Kept in this batch's transaction; the position moves past it like any record.
+                self.lanes[lane_idx].open.dead_letters.push(DeadLetter {
+                    topic: topic.clone(),
+                    record: OwnedRecord::from_view(record),
+                    kind: ErrorKind::of(&error),
+                    message: error.to_string(),
+                    table: mapper.table().to_string(),
+                    produce_to: mapper.dead_letter_topic().cloned(),
+                });
+                tracing::warn!(tp = %p.tp, offset = record.offset, error = %error, "record dead-lettered");
+            } else {
+                let fatal = Fatal::Mapping {
+                    tp: p.tp.clone(),
+                    offset: record.offset,
+                    reason: error.to_string(),
+                };
+                // Everything before this record is complete: commit it so the position is here.
+                p.status = Status::Fenced;
+                self.set_fatal(fatal);
+                return;
+            }
         }
         let lane = &mut self.lanes[lane_idx];
         p.cursor = Some(record.offset + 1);
@@ -322,8 +340,8 @@ impl Pipeline {
         route: usize,
         record: &RecordView<'_>,
     ) -> Result<(), EncodeError> {
-        let mapper = &self.routes[route].mapper;
-        let rows = self.lanes[lane_idx].open.table_rows(route, mapper);
+        let Route { topic, mapper } = &self.routes[route];
+        let rows = self.lanes[lane_idx].open.table_rows(route, topic, mapper);
         mapper.encode(record, rows)
     }
 
@@ -459,6 +477,7 @@ impl Pipeline {
         self.lanes[lane_idx].in_flight -= 1;
         match result.outcome {
             Outcome::Committed => {
+                Stats::add(&self.stats.dead_letters, result.dead_letters as u64);
                 self.stats.committed(
                     result.records,
                     result.rows,

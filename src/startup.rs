@@ -103,6 +103,19 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         connect_timeout: settings.postgres.connect_timeout,
         statement_timeout: settings.postgres.statement_timeout,
         idle_in_transaction_timeout: settings.postgres.idle_in_transaction_timeout,
+        dead_letter_producer: if settings
+            .topics
+            .iter()
+            .any(|t| t.dead_letter_topic.is_some())
+        {
+            Some(
+                consumer::dead_letter_producer_config(&settings.kafka)
+                    .create()
+                    .context("creating the dead-letter producer")?,
+            )
+        } else {
+            None
+        },
     };
     let (results_tx, results_rx) = std::sync::mpsc::channel();
     let lanes = (0..settings.postgres.writers)

@@ -15,6 +15,7 @@ pub struct Stats {
     pub batches_committed: AtomicU64,
     pub batches_failed: AtomicU64,
     pub fenced: AtomicU64,
+    pub dead_letters: AtomicU64,
     pub rebalances: AtomicU64,
     /// Sum and maximum of transaction times since the last progress line, in microseconds.
     pub commit_micros_sum: AtomicU64,
@@ -89,6 +90,7 @@ impl Stats {
             batches_committed = Self::get(&self.batches_committed),
             batches_failed = Self::get(&self.batches_failed),
             fenced = Self::get(&self.fenced),
+            dead_letters = Self::get(&self.dead_letters),
             commit_p50_ms = p50,
             commit_p99_ms = p99,
             commit_max_ms = max,

@@ -4,18 +4,20 @@
 //! A writer never retries on its own. It reports each outcome to the consumer thread, which
 //! decides: only the database, re-read after a failure, says what was written.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::str::FromStr;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
 use tokio::sync::mpsc;
 
-use crate::batch::Batch;
+use crate::batch::{Batch, TableWrite};
+use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, APPLICATION_NAME};
+use rdkafka::producer::FutureProducer;
 
 /// How a batch transaction ended.
 #[derive(Debug)]
@@ -46,6 +48,8 @@ pub struct WriteResult {
     pub transaction_time: Duration,
     /// Record first buffered to COMMIT.
     pub batch_age: Duration,
+    /// Dead letters written with the batch.
+    pub dead_letters: usize,
 }
 
 /// Connection settings shared by every writer.
@@ -56,6 +60,8 @@ pub struct WriterConfig {
     pub connect_timeout: Duration,
     pub statement_timeout: Duration,
     pub idle_in_transaction_timeout: Duration,
+    /// Produces dead letters to their topics, where any topic asks for it.
+    pub dead_letter_producer: Option<FutureProducer>,
 }
 
 impl WriterConfig {
@@ -77,6 +83,10 @@ impl WriterConfig {
     }
 }
 
+/// The writer task has stopped; the batch was not handed over.
+#[derive(Debug)]
+pub struct WriterGone;
+
 /// The consumer thread's handle on one writer.
 pub struct Lane {
     sender: mpsc::UnboundedSender<Batch>,
@@ -96,8 +106,8 @@ impl Lane {
     }
 
     /// Hands a sealed batch to the writer. Fails only if the writer task is gone.
-    pub fn send(&self, batch: Batch) -> Result<(), Batch> {
-        self.sender.send(batch).map_err(|e| e.0)
+    pub fn send(&self, batch: Batch) -> Result<(), WriterGone> {
+        self.sender.send(batch).map_err(|_| WriterGone)
     }
 }
 
@@ -117,8 +127,12 @@ async fn run(
     let mut session: Option<Session> = None;
     while let Some(batch) = batches.recv().await {
         let started = Instant::now();
+        let mut dead_letters = 0;
         let outcome = match write(&mut session, &config, &batch).await {
-            Ok(()) => Outcome::Committed,
+            Ok(n) => {
+                dead_letters = n;
+                Outcome::Committed
+            }
             Err(outcome) => {
                 // The connection's state is unknown after a failure: start afresh.
                 if let Some(s) = session.take() {
@@ -135,6 +149,7 @@ async fn run(
             outcome,
             transaction_time: started.elapsed(),
             batch_age: batch.opened_at.elapsed(),
+            dead_letters,
         };
         if results.send(result).is_err() {
             break;
@@ -146,11 +161,12 @@ async fn run(
 }
 
 /// One batch, one transaction.
+/// One batch, one transaction; returns how many dead letters it wrote.
 async fn write(
     session: &mut Option<Session>,
     config: &WriterConfig,
     batch: &Batch,
-) -> Result<(), Outcome> {
+) -> Result<usize, Outcome> {
     if session.is_none() {
         let options = config
             .connect_options()
@@ -176,35 +192,140 @@ async fn write(
             expected: batch.offsets.len(),
         });
     }
+    let mut dead = batch.dead_letters.clone();
     for write in &batch.writes {
-        if let Some((id, setup)) = &write.setup {
-            if !staged.contains(id) {
-                for statement in setup {
-                    sqlx::query(statement)
-                        .persistent(false)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(classify)?;
-                }
-                staged.insert(id.clone());
-            }
-        }
-        for (statement, data) in &write.copies {
-            let mut copy = tx.copy_in_raw(statement).await.map_err(classify)?;
-            if let Err(e) = copy.send(data.clone()).await {
-                let _ = copy.abort("send failed").await;
-                return Err(classify(e));
-            }
-            copy.finish().await.map_err(classify)?;
-        }
-        for statement in &write.statements {
-            sqlx::query(statement)
-                .execute(&mut *tx)
+        apply_table(&mut tx, write, staged, &mut dead)
+            .await
+            .map_err(classify)?;
+    }
+    if !dead.is_empty() {
+        dead_letter::insert(&mut tx, &config.group, &dead)
+            .await
+            .map_err(classify)?;
+        if let Some(producer) = &config.dead_letter_producer {
+            dead_letter::produce(producer, &dead)
                 .await
-                .map_err(classify)?;
+                .map_err(Outcome::Transient)?;
         }
     }
-    tx.commit().await.map_err(classify)
+    tx.commit().await.map_err(classify)?;
+    Ok(dead.len())
+}
+
+/// Writes one table's rows. Where rejected rows become dead letters, the rows are applied
+/// under a savepoint; a range PostgreSQL refuses for a row's data is split in halves until
+/// each refused row stands alone and is dead-lettered, in record order, so the rest commits.
+pub async fn apply_table(
+    conn: &mut PgConnection,
+    write: &TableWrite,
+    staged: &mut HashSet<String>,
+    dead: &mut Vec<DeadLetter>,
+) -> Result<(), sqlx::Error> {
+    if let Some((id, setup)) = &write.setup {
+        if !staged.contains(id) {
+            for statement in setup {
+                sqlx::query(statement)
+                    .persistent(false)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            staged.insert(id.clone());
+        }
+    }
+    let (lo, hi) = write.span();
+    if write.dead_letters.is_none() {
+        return apply_range(conn, write, lo, hi).await;
+    }
+    let mut ranges = VecDeque::from([(lo, hi)]);
+    while let Some((lo, hi)) = ranges.pop_front() {
+        sqlx::query("SAVEPOINT kps_rows")
+            .execute(&mut *conn)
+            .await?;
+        match apply_range(conn, write, lo, hi).await {
+            Ok(()) => {
+                sqlx::query("RELEASE SAVEPOINT kps_rows")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Err(e) if is_row_error(&e) => {
+                sqlx::query("ROLLBACK TO SAVEPOINT kps_rows")
+                    .execute(&mut *conn)
+                    .await?;
+                let ordinals = write.ordinals_in(lo, hi);
+                match ordinals.len() {
+                    0 => return Err(e),
+                    1 => {
+                        let message = describe_db_error(&e);
+                        let letter = write.dead_letter(ordinals[0], message).ok_or(e)?;
+                        tracing::warn!(topic = %letter.topic, partition = letter.record.partition, offset = letter.record.offset,
+                            error = %letter.message, "row rejected by PostgreSQL: dead-lettered");
+                        dead.push(letter);
+                    }
+                    n => {
+                        let mid = ordinals[n / 2];
+                        ranges.push_front((mid, hi));
+                        ranges.push_front((lo, mid));
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements.
+async fn apply_range(
+    conn: &mut PgConnection,
+    write: &TableWrite,
+    lo: i64,
+    hi: i64,
+) -> Result<(), sqlx::Error> {
+    for staged in &write.copies {
+        let from = staged.ordinals.partition_point(|&o| o < lo);
+        let to = staged.ordinals.partition_point(|&o| o < hi);
+        if from == to {
+            continue;
+        }
+        let mut copy = conn.copy_in_raw(&staged.statement).await?;
+        if let Err(e) = copy.send(staged.data.subset(from, to)).await {
+            let _ = copy.abort("send failed").await;
+            return Err(e);
+        }
+        copy.finish().await?;
+    }
+    for statement in &write.statements {
+        sqlx::query(statement).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Errors caused by one row's data (SQLSTATE classes 22 and 23), as opposed to errors of the
+/// connection, the schema or the server.
+fn is_row_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("22") || c.starts_with("23")),
+        _ => false,
+    }
+}
+
+/// PostgreSQL's message with its SQLSTATE and detail.
+fn describe_db_error(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => match pg.detail() {
+                    Some(detail) => format!("{} (SQLSTATE {code}; {detail})", pg.message()),
+                    None => format!("{} (SQLSTATE {code})", pg.message()),
+                },
+                None => format!("{} (SQLSTATE {code})", db.message()),
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Sorts an error into retry-worthy or not, by SQLSTATE class where there is one.
@@ -212,13 +333,7 @@ fn classify(e: sqlx::Error) -> Outcome {
     match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let message = match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                Some(pg) => match pg.detail() {
-                    Some(detail) => format!("{} (SQLSTATE {code}; {detail})", pg.message()),
-                    None => format!("{} (SQLSTATE {code})", pg.message()),
-                },
-                None => format!("{} (SQLSTATE {code})", db.message()),
-            };
+            let message = describe_db_error(&e);
             match &code[..code.len().min(2)] {
                 // data exception, integrity violation, syntax/access (missing table, column,
                 // privilege): the same batch fails the same way every time.

@@ -98,12 +98,13 @@ async fn encode_rows(
             .map_err(|e| anyhow::anyhow!("encoding order {i}: {e:?}"))?;
         if (i + 1) % chunk == 0 || i + 1 == n {
             let full = std::mem::replace(&mut rows, mapper.new_rows());
-            for (cols, buffer) in full.shapes {
-                columns = cols
+            for rows in full.shapes {
+                columns = rows
+                    .columns
                     .iter()
                     .map(|&c| mapper.table().columns[c as usize].name.clone())
                     .collect();
-                chunks.push(buffer.finish());
+                chunks.push(rows.buffer.finish());
             }
         }
     }

@@ -25,7 +25,8 @@ use serde_json::value::RawValue;
 pub use convert::Hint;
 pub use source::{Meta, Source};
 
-use crate::config::{RecordFormat, TopicSettings, WriteMode};
+use crate::config::{OnError, RecordFormat, TopicSettings, WriteMode};
+use crate::dead_letter::OwnedRecord;
 use crate::pgcopy::{encode_numeric, CopyBuffer};
 use crate::schema::{Column, ColumnType, Table};
 use convert::Input;
@@ -66,6 +67,10 @@ pub enum MapError {
     NullForNotNull { column: String },
     #[error("upsert key column {column} has no value in this record")]
     MissingKey { column: String },
+    #[error("the record has {bytes} bytes, more than max_record_bytes ({limit})")]
+    TooLarge { bytes: usize, limit: u64 },
+    #[error("the value nests JSON deeper than {0} levels")]
+    TooDeep(usize),
     #[error("{origin} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,
@@ -115,6 +120,9 @@ pub struct TopicMapper {
     upsert_keys: Option<Arc<[u16]>>,
     delete_on_tombstone: bool,
     hints: HintCache,
+    max_record_bytes: u64,
+    on_error: OnError,
+    dead_letter_topic: Option<Arc<str>>,
 }
 
 impl fmt::Debug for TopicMapper {
@@ -190,7 +198,20 @@ impl TopicMapper {
             needs_key,
             upsert_keys,
             hints: HintCache::default(),
+            max_record_bytes: topic.max_record_bytes.as_u64(),
+            on_error: topic.on_error,
+            dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
         })
+    }
+
+    /// What to do with a record that cannot be written.
+    pub fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
+    /// Where dead letters are also produced, if anywhere.
+    pub fn dead_letter_topic(&self) -> Option<&Arc<str>> {
+        self.dead_letter_topic.as_ref()
     }
 
     pub fn table(&self) -> &Arc<Table> {
@@ -199,7 +220,11 @@ impl TopicMapper {
 
     /// Rows for this topic's table, as a batch needs them (upsert keeps one column list).
     pub fn new_rows(&self) -> TableRows {
-        TableRows::new(self.table.clone(), self.upsert_keys.clone())
+        TableRows::new(
+            self.table.clone(),
+            self.upsert_keys.clone(),
+            self.on_error == OnError::DeadLetter,
+        )
     }
 
     /// Each column with where its value comes from, for `check`.
@@ -223,6 +248,19 @@ impl TopicMapper {
 
     /// Encodes the record into `rows` as one row or one delete; on error nothing is written.
     pub fn encode(&self, record: &RecordView<'_>, rows: &mut TableRows) -> Result<(), EncodeError> {
+        let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
+        if bytes as u64 > self.max_record_bytes {
+            return Err(MapError::TooLarge {
+                bytes,
+                limit: self.max_record_bytes,
+            }
+            .into());
+        }
+        if let Some(value) = record.value {
+            if self.format != RecordFormat::Raw && nests_deeper_than(value, MAX_JSON_DEPTH) {
+                return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
+            }
+        }
         let decoded = envelope::decode(
             self.format,
             record.value,
@@ -376,10 +414,12 @@ impl TopicMapper {
         }
         let ordinal = rows.next_ordinal;
         let upsert = self.upsert_keys.is_some();
-        let Some(copy) = rows.buffer_for(&include) else {
+        let keep = rows.keep_origins;
+        let Some(shape) = rows.buffer_for(&include) else {
             rows.scratch = include;
             return Err(EncodeError::ShapeChanged);
         };
+        let copy = &mut shape.buffer;
         let mark = copy.begin_row(include.len() + usize::from(upsert));
         let mut written = Ok(());
         for &i in &include {
@@ -396,6 +436,7 @@ impl TopicMapper {
                     copy.bytes(&ordinal.to_be_bytes());
                 }
                 copy.end_row(mark);
+                shape.note(ordinal, keep.then(|| OwnedRecord::from_view(record)));
                 rows.next_ordinal += 1;
             }
             Err(_) => copy.undo_row(mark),
@@ -437,7 +478,9 @@ impl TopicMapper {
             values.push((k, value));
         }
         let ordinal = rows.next_ordinal;
-        let copy = rows.deletes.get_or_insert_with(CopyBuffer::new);
+        let keep = rows.keep_origins;
+        let deletes = rows.deletes.get_or_insert_with(|| Rows::new(keys.to_vec()));
+        let copy = &mut deletes.buffer;
         let mark = copy.begin_row(values.len() + 1);
         for (k, value) in &values {
             if let Err(reason) = self.write_value(*k, value, record, copy) {
@@ -447,6 +490,7 @@ impl TopicMapper {
         }
         copy.bytes(&ordinal.to_be_bytes());
         copy.end_row(mark);
+        deletes.note(ordinal, keep.then(|| OwnedRecord::from_view(record)));
         rows.next_ordinal += 1;
         Ok(())
     }
@@ -469,6 +513,39 @@ impl TopicMapper {
             Value::Raw(bytes) => copy.field(|out| write_raw(col.ty, bytes, out)),
         }
     }
+}
+
+/// Deeper JSON is refused before it is decoded: PostgreSQL's json parsers stop at their stack
+/// limit with an error no retry can fix, and real records nest a handful of levels.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Whether `json` opens more than `limit` nested objects or arrays (strings are skipped), in
+/// one pass without recursion.
+fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Resolves the upsert key: configured columns, else the primary key; it must match a unique
@@ -504,15 +581,44 @@ fn upsert_key_names(topic: &TopicSettings, table: &Table) -> Result<Vec<String>,
     Ok(names)
 }
 
+/// Rows with one column list, in one COPY stream.
+pub struct Rows {
+    pub columns: Vec<u16>,
+    pub buffer: CopyBuffer,
+    /// Each row's position among the batch's records for this table: the last per key wins,
+    /// and a failed batch is split along them.
+    pub ordinals: Vec<i64>,
+    /// Each row's record, kept only where failed rows become dead letters.
+    pub origins: Vec<OwnedRecord>,
+}
+
+impl Rows {
+    fn new(columns: Vec<u16>) -> Self {
+        Self {
+            columns,
+            buffer: CopyBuffer::new(),
+            ordinals: Vec::new(),
+            origins: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, ordinal: i64, origin: Option<OwnedRecord>) {
+        self.ordinals.push(ordinal);
+        self.origins.extend(origin);
+    }
+}
+
 /// Rows for one table, grouped by column list (a record that omits a defaulted column needs a
 /// COPY without that column so that the default applies), and the keys to delete.
 pub struct TableRows {
     pub table: Arc<Table>,
-    pub shapes: Vec<(Vec<u16>, CopyBuffer)>,
+    pub shapes: Vec<Rows>,
     /// Upsert mode: key columns and ordinal of each delete.
-    pub deletes: Option<CopyBuffer>,
+    pub deletes: Option<Rows>,
     /// Upsert key column indices; `None` in insert mode.
     pub upsert_keys: Option<Arc<[u16]>>,
+    /// Keep each row's record (for dead letters of rows PostgreSQL rejects).
+    pub keep_origins: bool,
     next_ordinal: i64,
     scratch: Vec<u16>,
 }
@@ -524,40 +630,47 @@ impl fmt::Debug for TableRows {
 }
 
 impl TableRows {
-    pub fn new(table: Arc<Table>, upsert_keys: Option<Arc<[u16]>>) -> Self {
+    pub fn new(table: Arc<Table>, upsert_keys: Option<Arc<[u16]>>, keep_origins: bool) -> Self {
         Self {
             table,
             shapes: Vec::new(),
             deletes: None,
             upsert_keys,
+            keep_origins,
             next_ordinal: 0,
             scratch: Vec::new(),
         }
     }
 
-    /// The buffer for rows with these columns; `None` when an upsert batch already holds
-    /// another column list.
-    fn buffer_for(&mut self, columns: &[u16]) -> Option<&mut CopyBuffer> {
-        let pos = match self.shapes.iter().position(|(c, _)| c == columns) {
+    /// The rows with these columns; `None` when an upsert batch already holds another
+    /// column list.
+    fn buffer_for(&mut self, columns: &[u16]) -> Option<&mut Rows> {
+        let pos = match self.shapes.iter().position(|r| r.columns == columns) {
             Some(pos) => pos,
             None if self.upsert_keys.is_some() && !self.shapes.is_empty() => return None,
             None => {
-                self.shapes.push((columns.to_vec(), CopyBuffer::new()));
+                self.shapes.push(Rows::new(columns.to_vec()));
                 self.shapes.len() - 1
             }
         };
-        Some(&mut self.shapes[pos].1)
+        Some(&mut self.shapes[pos])
     }
 
     /// Rows written, deletes included.
     pub fn rows(&self) -> usize {
-        self.shapes.iter().map(|(_, b)| b.rows()).sum::<usize>()
-            + self.deletes.as_ref().map_or(0, CopyBuffer::rows)
+        self.shapes
+            .iter()
+            .chain(self.deletes.iter())
+            .map(|r| r.buffer.rows())
+            .sum()
     }
 
     pub fn bytes(&self) -> usize {
-        self.shapes.iter().map(|(_, b)| b.len()).sum::<usize>()
-            + self.deletes.as_ref().map_or(0, CopyBuffer::len)
+        self.shapes
+            .iter()
+            .chain(self.deletes.iter())
+            .map(|r| r.buffer.len())
+            .sum()
     }
 }
 

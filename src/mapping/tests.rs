@@ -67,7 +67,7 @@ fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
 
 /// The fields of the first row in `rows`; `None` for NULL.
 fn fields(rows: &TableRows) -> Vec<Option<Vec<u8>>> {
-    let bytes = rows.shapes[0].1.as_bytes();
+    let bytes = rows.shapes[0].buffer.as_bytes();
     let mut at = 19; // the COPY header
     let n = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
     at += 2;
@@ -96,7 +96,7 @@ fn fields_map_by_name_and_unknown_fields_are_ignored() {
     );
     let rows = encode(&m, r#"{"name":"a\"b","id":7,"extra":{"x":[1,2]}}"#).unwrap();
     assert_eq!(rows.rows(), 1);
-    assert_eq!(rows.shapes[0].0, vec![0, 1]);
+    assert_eq!(rows.shapes[0].columns, vec![0, 1]);
     assert_eq!(
         fields(&rows),
         vec![Some(7i64.to_be_bytes().to_vec()), Some(b"a\"b".to_vec())]
@@ -121,7 +121,7 @@ fn missing_defaulted_columns_are_left_out_of_the_row() {
     let shapes: Vec<_> = rows
         .shapes
         .iter()
-        .map(|(c, b)| (c.clone(), b.rows()))
+        .map(|r| (r.columns.clone(), r.buffer.rows()))
         .collect();
     assert_eq!(shapes, vec![(vec![0], 1), (vec![0, 1], 1)]);
 }
@@ -222,7 +222,7 @@ fn explicit_columns_take_pointers_keys_metadata_constants_and_defaults() {
     r.headers = &headers;
     let mut rows = m.new_rows();
     m.encode(&r, &mut rows).unwrap();
-    assert_eq!(rows.shapes[0].0, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(rows.shapes[0].columns, vec![0, 1, 2, 3, 4, 5]);
     assert_eq!(
         fields(&rows),
         vec![
@@ -259,6 +259,18 @@ fn a_not_null_column_nothing_maps_to_is_refused_at_startup() {
         err.contains("\"name\" is NOT NULL without a default"),
         "{err}"
     );
+}
+
+#[test]
+fn deep_nesting_is_refused_but_brackets_in_strings_do_not_count() {
+    let m = mapper(vec![col("j", ColumnType::Jsonb, false, false)], "");
+    let deep = format!("{{\"j\":{}1{}}}", "[".repeat(70), "]".repeat(70));
+    assert_eq!(
+        encode(&m, &deep).unwrap_err(),
+        MapError::TooDeep(MAX_JSON_DEPTH)
+    );
+    let shallow = format!("{{\"j\":\"{}\\\"{}\"}}", "[".repeat(200), "{".repeat(200));
+    assert!(encode(&m, &shallow).is_ok());
 }
 
 #[test]
@@ -305,7 +317,7 @@ fn tombstones_delete_by_the_record_key_when_asked() {
     r.value = None;
     r.key = Some(b"17");
     m.encode(&r, &mut rows).unwrap();
-    assert_eq!(rows.deletes.as_ref().map(CopyBuffer::rows), Some(1));
+    assert_eq!(rows.deletes.as_ref().map(|d| d.buffer.rows()), Some(1));
     // A JSON object key works too, by field name.
     r.key = Some(br#"{"id": 18}"#);
     m.encode(&r, &mut rows).unwrap();
@@ -390,8 +402,8 @@ fn debezium_deletes_use_before_or_the_key() {
     tombstone.value = None;
     tombstone.key = Some(br#"{"id":1}"#);
     m.encode(&tombstone, &mut rows).unwrap();
-    assert_eq!(rows.shapes[0].1.rows(), 1);
-    assert_eq!(rows.deletes.as_ref().map(CopyBuffer::rows), Some(2));
+    assert_eq!(rows.shapes[0].buffer.rows(), 1);
+    assert_eq!(rows.deletes.as_ref().map(|d| d.buffer.rows()), Some(2));
 }
 
 #[test]

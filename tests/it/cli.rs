@@ -243,19 +243,54 @@ async fn check_validates_modes_formats_and_columns_against_the_table() {
     assert!(out.stdout.contains("has no primary key"), "{}", out.stdout);
 
     let out = run("[topics.columns]\nnope = \"/x\"", default_metadata).await;
-    assert!(out.stdout.contains("columns.nope: column \"nope\" is not in the table"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("columns.nope: column \"nope\" is not in the table"),
+        "{}",
+        out.stdout
+    );
 
-    let out = run("[topics.columns]\ncustomer = \"/a/b\"\nstatus = \"meta:bogus\"", default_metadata).await;
-    assert!(out.stdout.contains("unknown metadata \"bogus\""), "{}", out.stdout);
+    let out = run(
+        "[topics.columns]\ncustomer = \"/a/b\"\nstatus = \"meta:bogus\"",
+        default_metadata,
+    )
+    .await;
+    assert!(
+        out.stdout.contains("unknown metadata \"bogus\""),
+        "{}",
+        out.stdout
+    );
 
-    let out = run("format = \"raw\"\nraw_column = \"amount\"", default_metadata).await;
-    assert!(out.stdout.contains("raw_column \"amount\" must be json, jsonb, text or bytea"), "{}", out.stdout);
+    let out = run(
+        "format = \"raw\"\nraw_column = \"amount\"",
+        default_metadata,
+    )
+    .await;
+    assert!(
+        out.stdout
+            .contains("raw_column \"amount\" must be json, jsonb, text or bytea"),
+        "{}",
+        out.stdout
+    );
 
     let out = run("delete_on_tombstone = true", default_metadata).await;
-    assert!(out.stderr.contains("delete_on_tombstone needs mode = \"upsert\""), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("delete_on_tombstone needs mode = \"upsert\""),
+        "{}",
+        out.stderr
+    );
 
     // A good explicit mapping is printed with each column's source.
-    let out = run("[topics.columns]\ncustomer = \"/who/name\"\nstatus = { const = \"new\" }", default_metadata).await;
+    let out = run(
+        "[topics.columns]\ncustomer = \"/who/name\"\nstatus = { const = \"new\" }",
+        default_metadata,
+    )
+    .await;
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("value \"/who/name\"") && out.stdout.contains("constant \"new\""), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("value \"/who/name\"") && out.stdout.contains("constant \"new\""),
+        "{}",
+        out.stdout
+    );
 }

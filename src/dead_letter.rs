@@ -1,0 +1,234 @@
+//! Dead letters: records the sink could not write, kept in `kafka_dead_letters` in the same
+//! transaction as the batch and its offsets, so each is written exactly once, and optionally
+//! produced to a topic as well (at least once).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sqlx::PgConnection;
+
+use crate::mapping::{MapError, RecordView};
+
+/// Why a record became a dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The value is not what the format expects (not JSON, not an envelope, a tombstone…).
+    Decode,
+    /// A value does not fit its column, or a required one is missing.
+    Mapping,
+    /// PostgreSQL refused the row (a constraint, a value out of range…).
+    Rejected,
+    /// Larger than `max_record_bytes`.
+    TooLarge,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Decode => "decode",
+            ErrorKind::Mapping => "mapping",
+            ErrorKind::Rejected => "rejected",
+            ErrorKind::TooLarge => "too_large",
+        }
+    }
+
+    pub fn of(e: &MapError) -> Self {
+        match e {
+            MapError::Tombstone
+            | MapError::NotAnObject(_)
+            | MapError::Unsupported(_)
+            | MapError::DeleteNeedsUpsert
+            | MapError::TooDeep(_) => ErrorKind::Decode,
+            MapError::TooLarge { .. } => ErrorKind::TooLarge,
+            _ => ErrorKind::Mapping,
+        }
+    }
+}
+
+/// A record kept whole, to be dead-lettered or replayed later.
+#[derive(Debug, Clone)]
+pub struct OwnedRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl OwnedRecord {
+    pub fn from_view(r: &RecordView<'_>) -> Self {
+        Self {
+            partition: r.partition,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(Bytes::copy_from_slice),
+            value: r.value.map(Bytes::copy_from_slice),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.map(Bytes::copy_from_slice)))
+                .collect(),
+        }
+    }
+
+    /// Headers as stored: a JSON array of `{"key": …, "value": <base64 or null>}`, lossless
+    /// for repeated names and binary values.
+    pub fn headers_json(&self) -> String {
+        let list: Vec<serde_json::Value> = self
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                serde_json::json!({
+                    "key": k,
+                    "value": v.as_ref().map(|v| base64::engine::general_purpose::STANDARD.encode(v)),
+                })
+            })
+            .collect();
+        serde_json::Value::Array(list).to_string()
+    }
+
+    /// The inverse of `headers_json`.
+    pub fn headers_from_json(json: &serde_json::Value) -> Vec<(String, Option<Bytes>)> {
+        json.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| {
+                let key = h["key"].as_str()?.to_string();
+                let value = h["value"]
+                    .as_str()
+                    .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                    .map(Bytes::from);
+                Some((key, value))
+            })
+            .collect()
+    }
+}
+
+/// A record that could not be written, and why.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub topic: Arc<str>,
+    pub record: OwnedRecord,
+    pub kind: ErrorKind,
+    pub message: String,
+    pub table: String,
+    /// Also produce it to this topic.
+    pub produce_to: Option<Arc<str>>,
+}
+
+const INSERT_SQL: &str = "
+INSERT INTO kafka_dead_letters
+       (consumer_group, topic, partition, \"offset\", record_timestamp, key, value, headers,
+        error_kind, error_message, target_table)
+SELECT $1, t, p, o, to_timestamp(ts / 1000.0), k, v, h::jsonb, ek, em, tt
+  FROM UNNEST($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::bytea[],
+              $8::text[], $9::text[], $10::text[], $11::text[])
+       AS d(t, p, o, ts, k, v, h, ek, em, tt)";
+
+/// Inserts dead letters in the caller's open transaction.
+pub async fn insert(
+    conn: &mut PgConnection,
+    group: &str,
+    letters: &[DeadLetter],
+) -> Result<(), sqlx::Error> {
+    if letters.is_empty() {
+        return Ok(());
+    }
+    let col = |f: &dyn Fn(&DeadLetter) -> String| letters.iter().map(f).collect::<Vec<String>>();
+    sqlx::query(INSERT_SQL)
+        .bind(group)
+        .bind(col(&|d| d.topic.to_string()))
+        .bind(
+            letters
+                .iter()
+                .map(|d| d.record.partition)
+                .collect::<Vec<i32>>(),
+        )
+        .bind(
+            letters
+                .iter()
+                .map(|d| d.record.offset)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(
+            letters
+                .iter()
+                .map(|d| d.record.timestamp)
+                .collect::<Vec<Option<i64>>>(),
+        )
+        .bind(
+            letters
+                .iter()
+                .map(|d| d.record.key.as_ref().map(|k| k.to_vec()))
+                .collect::<Vec<Option<Vec<u8>>>>(),
+        )
+        .bind(
+            letters
+                .iter()
+                .map(|d| d.record.value.as_ref().map(|v| v.to_vec()))
+                .collect::<Vec<Option<Vec<u8>>>>(),
+        )
+        .bind(col(&|d| d.record.headers_json()))
+        .bind(col(&|d| d.kind.as_str().to_string()))
+        .bind(col(&|d| d.message.clone()))
+        .bind(col(&|d| d.table.clone()))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Produces dead letters to their topics and waits for every acknowledgement. Called before
+/// the batch commits: a failure fails the batch (retried), so each reaches the topic at least
+/// once.
+pub async fn produce(producer: &FutureProducer, letters: &[DeadLetter]) -> Result<(), String> {
+    let mut pending = Vec::new();
+    for d in letters {
+        let Some(topic) = &d.produce_to else { continue };
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &d.record.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: v.as_deref(),
+            });
+        }
+        let source = [
+            ("kps.error.kind", d.kind.as_str().to_string()),
+            ("kps.error.message", d.message.clone()),
+            ("kps.source.topic", d.topic.to_string()),
+            ("kps.source.partition", d.record.partition.to_string()),
+            ("kps.source.offset", d.record.offset.to_string()),
+        ];
+        for (k, v) in &source {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            });
+        }
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        if let Some(k) = &d.record.key {
+            record = record.key(k.as_ref());
+        }
+        if let Some(v) = &d.record.value {
+            record = record.payload(v.as_ref());
+        }
+        pending.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| format!("queueing a dead letter: {e}"))?,
+        );
+    }
+    for p in pending {
+        match tokio::time::timeout(Duration::from_secs(30), p).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err((e, _)))) => return Err(format!("producing a dead letter: {e}")),
+            Ok(Err(_)) => return Err("the producer went away".into()),
+            Err(_) => return Err("producing a dead letter timed out".into()),
+        }
+    }
+    Ok(())
+}

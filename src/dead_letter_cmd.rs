@@ -1,0 +1,258 @@
+//! `kafka-pg-sink dead-letters list|replay`: inspect dead letters, and run them through the
+//! mapping again once the data or the table is fixed.
+//!
+//! A replay is one transaction: every record that now maps and is accepted becomes its row and
+//! leaves `kafka_dead_letters` together; a record that still fails stays, with the new reason.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sqlx::{Connection, PgPool, Row};
+
+use crate::batch::{table_write, DeadLetterTarget};
+use crate::config::{Settings, WriteMode};
+use crate::dead_letter::OwnedRecord;
+use crate::mapping::{EncodeError, RecordView, TopicMapper};
+use crate::routing::{self, Router};
+use crate::{schema, startup, writer};
+
+/// Which dead letters a command applies to.
+#[derive(Debug, Default, Clone)]
+pub struct Selection {
+    pub topic: Option<String>,
+    pub ids: Vec<i64>,
+    pub limit: i64,
+}
+
+/// One stored dead letter.
+struct Stored {
+    id: i64,
+    topic: String,
+    record: OwnedRecord,
+    kind: String,
+    message: String,
+    failed_at: chrono::DateTime<chrono::Utc>,
+}
+
+const SELECT_SQL: &str = "
+SELECT id, topic, partition, \"offset\", (extract(epoch FROM record_timestamp) * 1000)::int8,
+       key, value, headers, error_kind, error_message, failed_at
+  FROM kafka_dead_letters
+ WHERE consumer_group = $1
+   AND ($2::text IS NULL OR topic = $2)
+   AND (cardinality($3::int8[]) = 0 OR id = ANY($3))
+ ORDER BY id
+ LIMIT $4";
+
+async fn load(pool: &PgPool, group: &str, sel: &Selection) -> anyhow::Result<Vec<Stored>> {
+    let rows = sqlx::query(SELECT_SQL)
+        .bind(group)
+        .bind(&sel.topic)
+        .bind(&sel.ids)
+        .bind(sel.limit)
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter()
+        .map(|r| {
+            let headers: Option<serde_json::Value> = r.try_get(7)?;
+            Ok(Stored {
+                id: r.try_get(0)?,
+                topic: r.try_get(1)?,
+                record: OwnedRecord {
+                    partition: r.try_get(2)?,
+                    offset: r.try_get(3)?,
+                    timestamp: r.try_get(4)?,
+                    key: r.try_get::<Option<Vec<u8>>, _>(5)?.map(Bytes::from),
+                    value: r.try_get::<Option<Vec<u8>>, _>(6)?.map(Bytes::from),
+                    headers: headers
+                        .as_ref()
+                        .map(OwnedRecord::headers_from_json)
+                        .unwrap_or_default(),
+                },
+                kind: r.try_get(8)?,
+                message: r.try_get(9)?,
+                failed_at: r.try_get(10)?,
+            })
+        })
+        .collect()
+}
+
+/// Prints the selected dead letters, as a table or as JSON lines.
+pub async fn list(settings: &Settings, sel: &Selection, json: bool) -> anyhow::Result<()> {
+    let pool = startup::connect_pool(settings).await?;
+    let letters = load(&pool, &settings.kafka.group_id, sel).await?;
+    let mut out = String::new();
+    if !json {
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<30} {:>5} {:>10}  {:<10} {:<20}  error",
+            "id", "topic", "part", "offset", "kind", "failed at"
+        );
+    }
+    for d in &letters {
+        if json {
+            let value = serde_json::json!({
+                "id": d.id,
+                "topic": d.topic,
+                "partition": d.record.partition,
+                "offset": d.record.offset,
+                "kind": d.kind,
+                "error": d.message,
+                "failed_at": d.failed_at.to_rfc3339(),
+                "key": d.record.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                "value": d.record.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
+            });
+            let _ = writeln!(out, "{value}");
+        } else {
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<30} {:>5} {:>10}  {:<10} {:<20}  {}",
+                d.id,
+                d.topic,
+                d.record.partition,
+                d.record.offset,
+                d.kind,
+                d.failed_at.format("%Y-%m-%d %H:%M:%S"),
+                d.message
+            );
+        }
+    }
+    print!("{out}");
+    if !json {
+        println!("{} dead letter(s)", letters.len());
+    }
+    Ok(())
+}
+
+/// What a replay did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub written: usize,
+    pub still_failing: usize,
+}
+
+/// Maps the selected dead letters again and writes those that now succeed, in one transaction.
+pub async fn replay(
+    settings: &Settings,
+    sel: &Selection,
+    dry_run: bool,
+) -> anyhow::Result<Replayed> {
+    let pool = startup::connect_pool(settings).await?;
+    let letters = load(&pool, &settings.kafka.group_id, sel).await?;
+    let router = Router::new(&settings.topics)?;
+    let mut mappers: HashMap<String, Rc<TopicMapper>> = HashMap::new();
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let mut staged = HashSet::new();
+    let mut done = Replayed::default();
+    for d in letters {
+        let mapper = match mappers.get(&d.topic) {
+            Some(m) => m.clone(),
+            None => {
+                let settings = router.settings_for(&d.topic).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "dead letter {}: topic {:?} is no longer configured",
+                        d.id,
+                        d.topic
+                    )
+                })?;
+                let table = schema::describe(
+                    &pool,
+                    &settings.schema,
+                    &routing::table_name(settings, &d.topic),
+                )
+                .await?;
+                if settings.write_mode() == WriteMode::Upsert {
+                    tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
+                }
+                let m = Rc::new(TopicMapper::new(settings, Arc::new(table))?);
+                mappers.insert(d.topic.clone(), m.clone());
+                m
+            }
+        };
+        let topic: Arc<str> = d.topic.as_str().into();
+        let headers: Vec<(&str, Option<&[u8]>)> = d
+            .record
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref()))
+            .collect();
+        let view = RecordView {
+            topic: &d.topic,
+            partition: d.record.partition,
+            offset: d.record.offset,
+            timestamp: d.record.timestamp,
+            key: d.record.key.as_deref(),
+            value: d.record.value.as_deref(),
+            headers: &headers,
+        };
+        let mut rows = mapper.new_rows();
+        let failure = match mapper.encode(&view, &mut rows) {
+            Err(EncodeError::Invalid(e)) => Some(("mapping", e.to_string())),
+            Err(EncodeError::ShapeChanged) => unreachable!("a fresh batch accepts any column list"),
+            Ok(()) => {
+                let target = DeadLetterTarget {
+                    topic,
+                    produce_to: None,
+                };
+                let write = table_write(rows, target).expect("one row was encoded");
+                sqlx::query("SAVEPOINT kps_replay")
+                    .execute(&mut *tx)
+                    .await?;
+                let mut unused = Vec::new();
+                let write = crate::batch::TableWrite {
+                    dead_letters: None,
+                    ..write
+                };
+                match writer::apply_table(&mut tx, &write, &mut staged, &mut unused).await {
+                    Ok(()) => None,
+                    Err(e) => {
+                        sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")
+                            .execute(&mut *tx)
+                            .await?;
+                        Some(("rejected", e.to_string()))
+                    }
+                }
+            }
+        };
+        match failure {
+            None => {
+                sqlx::query("DELETE FROM kafka_dead_letters WHERE id = $1")
+                    .bind(d.id)
+                    .execute(&mut *tx)
+                    .await?;
+                done.written += 1;
+            }
+            Some((kind, message)) => {
+                sqlx::query("UPDATE kafka_dead_letters SET error_kind = $2, error_message = $3, failed_at = now() WHERE id = $1")
+                    .bind(d.id)
+                    .bind(kind)
+                    .bind(&message)
+                    .execute(&mut *tx)
+                    .await?;
+                println!(
+                    "dead letter {} ({}/{}@{}) still fails: {message}",
+                    d.id, d.topic, d.record.partition, d.record.offset
+                );
+                done.still_failing += 1;
+            }
+        }
+    }
+    if dry_run {
+        tx.rollback().await?;
+        println!(
+            "dry run: {} would be written, {} still fail; nothing changed",
+            done.written, done.still_failing
+        );
+    } else {
+        tx.commit().await?;
+        println!(
+            "replayed {} dead letter(s); {} still fail",
+            done.written, done.still_failing
+        );
+    }
+    Ok(done)
+}

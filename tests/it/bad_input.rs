@@ -1,0 +1,248 @@
+//! Bad records mixed into good ones: every offset ends up either as a row or as a dead letter,
+//! exactly once; and dead letters can be replayed after a fix.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use sqlx::Executor;
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::{client_config, produce_raw, producer, RawRecord, TestTopic};
+use crate::helpers::sink::{run_cli, Sink, SinkConfig};
+use crate::helpers::*;
+
+/// A good order with id `id`.
+fn good(id: i64) -> String {
+    format!(
+        r#"{{"id":{id},"customer":"c{id}","amount":"{}.50","note":"ok","unknown_field":[1,2,3]}}"#,
+        id % 100
+    )
+}
+
+/// The corpus: (record, the error kind it must produce, or None for a good record).
+fn corpus() -> Vec<(RawRecord, Option<&'static str>)> {
+    let deep = format!(
+        "{{\"id\":900,\"customer\":\"x\",\"amount\":1,\"deep\":{}1{}}}",
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    let bad: Vec<(RawRecord, &str)> = vec![
+        (RawRecord::json(0, r#"{"id":901,"customer":"#), "decode"),
+        (
+            RawRecord::json(0, r#"{"id":"nine","customer":"x","amount":1}"#),
+            "mapping",
+        ),
+        (
+            RawRecord::json(0, r#"{"id":902,"customer":"x","amount":1e20}"#),
+            "rejected",
+        ),
+        (
+            RawRecord::json(0, r#"{"id":903,"customer":"a\u0000b","amount":1}"#),
+            "mapping",
+        ),
+        (
+            RawRecord::json(
+                0,
+                &format!(
+                    r#"{{"id":904,"customer":"{}","amount":1}}"#,
+                    "x".repeat(100_000)
+                ),
+            ),
+            "too_large",
+        ),
+        (
+            RawRecord {
+                partition: 0,
+                ..Default::default()
+            },
+            "decode",
+        ),
+        (
+            RawRecord {
+                key: Some(vec![0xff, 0xfe]),
+                ..RawRecord::json(0, r#"{"id":905,"customer":"x","amount":1}"#)
+            },
+            "mapping",
+        ),
+        (RawRecord::json(0, &good(3)), "rejected"), // a duplicate of good order 3
+        (
+            RawRecord::json(0, r#"{"id":906,"customer":"x","amount":-5}"#),
+            "rejected",
+        ),
+        (
+            RawRecord::json(
+                0,
+                r#"{"id":907,"customer":"x","amount":1,"note":"far too long for twenty"}"#,
+            ),
+            "rejected",
+        ),
+        (RawRecord::json(0, &deep), "decode"),
+        (RawRecord::json(0, r#"{"id":908,"amount":1}"#), "mapping"),
+        (RawRecord::json(0, "[]"), "decode"),
+    ];
+    let mut out = Vec::new();
+    let mut next_good = 0;
+    for (record, kind) in bad {
+        for _ in 0..7 {
+            out.push((
+                RawRecord {
+                    key: Some(format!("k{next_good}").into_bytes()),
+                    ..RawRecord::json(0, &good(next_good))
+                },
+                None,
+            ));
+            next_good += 1;
+        }
+        out.push((record, Some(kind)));
+    }
+    for _ in 0..7 {
+        out.push((RawRecord::json(0, &good(next_good)), None));
+        next_good += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_offset_becomes_a_row_or_a_dead_letter_exactly_once() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE orders (
+                id bigint PRIMARY KEY, customer text NOT NULL,
+                amount numeric(12,2) NOT NULL CHECK (amount >= 0), note varchar(20),
+                k text, kafka_partition int NOT NULL, kafka_offset bigint NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let dlq_topic = TestTopic::create(1).await;
+    let corpus = corpus();
+    let records: Vec<RawRecord> = corpus.iter().map(|(r, _)| r.clone()).collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.max_records = 40; // the bad records share batches with good ones
+    config.topic_settings = format!(
+        "on_error = \"dead_letter\"\ndead_letter_topic = \"{}\"\nmax_record_bytes = \"64KiB\"",
+        dlq_topic.name
+    );
+    config.metadata =
+        "partition = \"kafka_partition\"\noffset = \"kafka_offset\"\nkey = \"k\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+
+    let rows: Vec<i64> = sqlx::query_scalar("SELECT kafka_offset FROM orders ORDER BY 1")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let letters: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT \"offset\", error_kind, error_message FROM kafka_dead_letters WHERE topic = $1 ORDER BY 1",
+    )
+    .bind(&topic.name)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut seen: BTreeMap<i64, &str> = BTreeMap::new();
+    for o in &rows {
+        assert!(seen.insert(*o, "row").is_none(), "offset {o} written twice");
+    }
+    for (o, kind, _) in &letters {
+        assert!(
+            seen.insert(*o, kind).is_none(),
+            "offset {o} is both a row and a dead letter, or dead-lettered twice"
+        );
+    }
+    assert_eq!(seen.len(), corpus.len(), "every offset accounted for");
+    for (offset, (_, expected)) in corpus.iter().enumerate() {
+        let got = seen[&(offset as i64)];
+        assert_eq!(
+            got,
+            expected.unwrap_or("row"),
+            "offset {offset}: {letters:?}"
+        );
+    }
+    // Each dead letter says what went wrong, in words an operator can act on.
+    let message = |kind: &str| {
+        letters
+            .iter()
+            .find(|(_, k, _)| k == kind)
+            .map(|(_, _, m)| m.clone())
+            .unwrap()
+    };
+    assert!(message("rejected").contains("SQLSTATE"), "{letters:?}");
+    assert!(
+        message("too_large").contains("max_record_bytes"),
+        "{letters:?}"
+    );
+
+    // The dead-letter topic got one copy of each, with the reason in its headers.
+    let consumer: BaseConsumer = client_config()
+        .set("group.id", "dlq-check")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&dlq_topic.name]).unwrap();
+    let mut produced = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while produced.len() < letters.len() && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(500)) {
+            let headers = m.headers().unwrap();
+            let offset = headers
+                .iter()
+                .find(|h| h.key == "kps.source.offset")
+                .and_then(|h| h.value)
+                .unwrap();
+            produced.push(String::from_utf8_lossy(offset).parse::<i64>().unwrap());
+        }
+    }
+    produced.sort();
+    assert_eq!(
+        produced,
+        letters.iter().map(|(o, _, _)| *o).collect::<Vec<_>>()
+    );
+    assert!(sink.stop().success());
+
+    // Fix the table, replay: the rejected-by-constraint records now land and leave the table.
+    db.pool
+        .execute(
+            "ALTER TABLE orders DROP CONSTRAINT orders_amount_check, ALTER COLUMN note TYPE text",
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sink.toml");
+    std::fs::write(&path, config.toml()).unwrap();
+    let out = run_cli(&["dead-letters", "list", "--config", path.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("{} dead letter(s)", letters.len())),
+        "{}",
+        out.stdout
+    );
+    let out = run_cli(&["dead-letters", "replay", "--config", path.to_str().unwrap()]).await;
+    assert!(
+        !out.status.success(),
+        "the records that still fail are reported: {}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("replayed 2 dead letter(s)"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let replayed: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM orders WHERE id IN (906, 907) ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(replayed, vec![906, 907]);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM kafka_dead_letters")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left as usize, letters.len() - 2);
+}
