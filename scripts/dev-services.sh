@@ -58,6 +58,12 @@
 # to the broker's server.properties: client-sasl-plain.properties,
 # client-sasl-scram.properties, client-ssl.properties.
 #
+# `up`/`start` on a running service bring it to the current settings: PostgreSQL is
+# reloaded (restarted only for a new port, listen_addresses or max_connections), and a
+# broker whose rendered server.properties differs (ports, template, TLS files) is
+# restarted. SCRAM credentials go in at format time, or through ConfigCommand once for
+# a data dir formatted without them.
+#
 # Jars and runtime state live outside the git tree, under
 # ${KPS_CACHE_DIR:-$HOME/.cache/kafka-pg-sink} ($CACHE above).
 set -euo pipefail
@@ -635,7 +641,7 @@ pg_in_effect() {
 # include by default (after their own ssl_* lines, so ours win): pg_conftool would write
 # 127.0.0.1 unquoted, which PostgreSQL rejects as a syntax error. Debian's tools read
 # the port from postgresql.conf, so that one stays there.
-# Sets PG_CONF_CHANGED=1 if a file changed.
+# Sets PG_CONF_CHANGED=1 if a file changed, PG_PORT_CHANGED=1 if the port did.
 pg_configure() {
     local dropin=$PG_CONF_DIR/conf.d/kafka-pg-sink.conf
     local want
@@ -646,10 +652,10 @@ pg_configure() {
         'ssl = on' \
         "ssl_cert_file = '$PG_TLS_CERT'" \
         "ssl_key_file = '$PG_TLS_KEY'")
-    PG_CONF_CHANGED=0
+    PG_CONF_CHANGED=0 PG_PORT_CHANGED=0
     if [[ $(pg_conftool -s "$PG_VERSION" "$PG_CLUSTER" show port 2>/dev/null || true) != "$PG_PORT" ]]; then
         pg_conftool "$PG_VERSION" "$PG_CLUSTER" set port "$PG_PORT"
-        PG_CONF_CHANGED=1
+        PG_CONF_CHANGED=1 PG_PORT_CHANGED=1
     fi
     if ! grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$PG_CONF_DIR/postgresql.conf"; then
         printf "\ninclude_dir = 'conf.d'\n" >>"$PG_CONF_DIR/postgresql.conf"
@@ -690,7 +696,10 @@ pg_start() {
         # Running already, maybe started by someone else without our settings, or our
         # files changed: reload (enough for the TLS settings, and sessions survive it);
         # restart only if what is in effect is still not what the tests need.
-        if [[ $PG_CONF_CHANGED == 1 ]] || ! pg_in_effect; then
+        if [[ $PG_PORT_CHANGED == 1 ]]; then
+            log "postgres running on another port; restarting $PG_VERSION/$PG_CLUSTER on $PG_PORT"
+            pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m fast || { pg_log_tail; die "pg restart failed"; }
+        elif [[ $PG_CONF_CHANGED == 1 ]] || ! pg_in_effect; then
             log "postgres running with other settings; reloading $PG_VERSION/$PG_CLUSTER"
             pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" reload || { pg_log_tail; die "pg reload failed"; }
             local _

@@ -45,6 +45,11 @@ pub struct KafkaSettings {
     /// Where a partition with no stored offset starts.
     #[serde(default)]
     pub auto_offset_reset: ResetPolicy,
+    /// A stored offset outside the partition's range (retention deleted the records, or the
+    /// topic was recreated): stop (`fail`, the default), or move to `earliest` or `latest`
+    /// and record it.
+    #[serde(default = "default_out_of_range")]
+    pub offset_out_of_range: ResetPolicy,
     /// Classic protocol only; the `consumer` protocol takes it from the broker.
     #[serde(default = "default_session_timeout", with = "humantime_serde")]
     pub session_timeout: Duration,
@@ -321,6 +326,9 @@ pub struct MetadataColumns {
 
 fn default_group_id() -> String {
     "kafka-pg-sink".into()
+}
+fn default_out_of_range() -> ResetPolicy {
+    ResetPolicy::Fail
 }
 fn default_session_timeout() -> Duration {
     Duration::from_secs(45)
@@ -702,6 +710,11 @@ mod tests {
         assert_eq!(s.batch.max_records, 10_000);
         assert_eq!(s.topics[0].schema, "public");
         assert_eq!(s.kafka.auto_offset_reset, ResetPolicy::Earliest);
+        assert_eq!(
+            s.kafka.offset_out_of_range,
+            ResetPolicy::Fail,
+            "a gap is never skipped unless asked"
+        );
     }
 
     #[test]

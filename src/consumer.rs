@@ -9,7 +9,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 
-use crate::config::{GroupProtocol, KafkaSettings, ResetPolicy};
+use crate::config::{GroupProtocol, KafkaSettings};
 use crate::mapping::RecordView;
 use crate::pipeline::Fatal;
 use crate::rebalance::SinkContext;
@@ -52,11 +52,6 @@ pub fn admin_config(kafka: &KafkaSettings) -> ClientConfig {
 
 /// librdkafka settings for the sink's consumer: Kafka never stores a position for it.
 pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
-    let reset = match kafka.auto_offset_reset {
-        ResetPolicy::Earliest => "earliest",
-        ResetPolicy::Latest => "latest",
-        ResetPolicy::Fail => "error",
-    };
     let mut own = vec![
         ("group.id", kafka.group_id.clone()),
         ("enable.auto.commit", "false".into()),
@@ -69,7 +64,10 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         ("fetch.queue.backoff.ms", "10".into()),
         // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
         ("topic.metadata.refresh.interval.ms", "30000".into()),
-        ("auto.offset.reset", reset.into()),
+        // Start positions are always explicit (stored offset, or earliest/latest for a new
+        // partition); a position that falls out of range while running must never be moved
+        // silently, so librdkafka reports it and the sink applies `offset_out_of_range`.
+        ("auto.offset.reset", "error".into()),
     ];
     match kafka.group_protocol {
         GroupProtocol::Classic => {
@@ -136,7 +134,11 @@ pub fn run(
                 }
             }
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "consumer error");
+                let mut pipeline = ctx.pipeline();
+                pipeline.on_consumer_error(&consumer, &e);
+                if pipeline.has_fatal() {
+                    break;
+                }
             }
         }
     }

@@ -216,6 +216,53 @@ impl OffsetStore {
     }
 }
 
+impl OffsetStore {
+    /// Moves a partition this consumer owns (epoch) to `to` and records why, in one
+    /// transaction. False if the epoch moved on (another owner) and nothing changed.
+    pub async fn move_offset(
+        &self,
+        tp: &TopicPartition,
+        epoch: i64,
+        from: Option<i64>,
+        to: i64,
+        kind: &str,
+        detail: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(
+            "UPDATE kafka_offsets SET next_offset = $5, committed_at = now()
+              WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND owner_epoch = $4",
+        )
+        .bind(&self.group)
+        .bind(&*tp.topic)
+        .bind(tp.partition)
+        .bind(epoch)
+        .bind(to)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !moved {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO kafka_offset_events (consumer_group, topic, partition, kind, from_offset, to_offset, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&self.group)
+        .bind(&*tp.topic)
+        .bind(tp.partition)
+        .bind(kind)
+        .bind(from)
+        .bind(to)
+        .bind(detail)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
 /// Runs the fenced compare-and-set inside a writer's open transaction and returns how many
 /// partitions it advanced; anything short of all of them means the batch is not ours to commit.
 pub async fn advance(

@@ -32,6 +32,11 @@ pub trait PartitionControl {
     fn resume(&self, tps: &[TopicPartition]);
     /// Seeks each partition and returns the ones that failed, with the reason.
     fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)>;
+    /// The partition's low and high watermarks (first offset, offset after the last).
+    fn watermarks(&self, tp: &TopicPartition) -> Result<(i64, i64), String>;
+    /// Restarts a partition's fetcher at `offset` by taking it out of the assignment and
+    /// putting it back: for a partition in an error state, which a seek cannot move.
+    fn restart_at(&self, tp: &TopicPartition, offset: Offset) -> Result<(), String>;
 }
 
 /// A topic and the mapping of its records onto its table.
@@ -92,6 +97,17 @@ pub enum Fatal {
     Rejected { batch: String, reason: String },
     #[error("{tp} has no stored offset and kafka.auto_offset_reset = \"fail\": set its offset in kafka_offsets or choose earliest/latest")]
     NoStoredOffset { tp: TopicPartition },
+    #[error("{tp} resumes at offset {stored}, outside its range {low}..{high}: {why}. Nothing was skipped yet. To continue, set kafka.offset_out_of_range = \"earliest\" (or \"latest\"), or move the position: UPDATE kafka_offsets SET next_offset = {low} WHERE consumer_group = '{group}' AND topic = '{topic}' AND partition = {partition}")]
+    OutOfRange {
+        tp: TopicPartition,
+        group: String,
+        topic: String,
+        partition: i32,
+        stored: i64,
+        low: i64,
+        high: i64,
+        why: &'static str,
+    },
     #[error("a writer task stopped unexpectedly")]
     WriterGone,
     #[error("{0}")]
@@ -113,6 +129,7 @@ pub struct Pipeline {
     runtime: tokio::runtime::Handle,
     limits: BatchSettings,
     reset: ResetPolicy,
+    out_of_range: ResetPolicy,
     stats: Arc<Stats>,
     fatal: Option<Fatal>,
     next_batch_id: u64,
@@ -133,6 +150,7 @@ pub struct PipelineParts {
     pub runtime: tokio::runtime::Handle,
     pub limits: BatchSettings,
     pub reset: ResetPolicy,
+    pub out_of_range: ResetPolicy,
     pub stats: Arc<Stats>,
 }
 
@@ -168,6 +186,7 @@ impl Pipeline {
             runtime: parts.runtime,
             limits: parts.limits,
             reset: parts.reset,
+            out_of_range: parts.out_of_range,
             stats: parts.stats,
             fatal: None,
             next_batch_id: 0,
@@ -631,10 +650,26 @@ impl Pipeline {
         // seek that follows moves it to the stored offset (older fetches are discarded).
         ctl.resume(&tps);
         let failed = ctl.seek(&targets);
-        for (tp, _) in &targets {
+        let mut failed = failed;
+        for (tp, offset) in &targets {
             if let Some((_, why)) = failed.iter().find(|(f, _)| f == tp) {
-                tracing::warn!(%tp, error = %why, "seek failed; will retry");
-                continue;
+                // A partition whose fetch ended in an error (an offset out of range) is in a
+                // state no seek leaves; restarting its fetcher does.
+                if why.contains("Erroneous state") {
+                    match ctl.restart_at(tp, *offset) {
+                        Ok(()) => {
+                            tracing::info!(%tp, "fetcher restarted at the stored offset");
+                            failed.retain(|(f, _)| f != tp);
+                        }
+                        Err(e) => {
+                            tracing::warn!(%tp, error = %e, "restarting the fetcher failed; will retry");
+                            continue;
+                        }
+                    }
+                } else {
+                    tracing::warn!(%tp, error = %why, "seek failed; will retry");
+                    continue;
+                }
             }
             let route = self.route_index[&tp.topic];
             if let Some(p) = self.partitions.get_mut(&(route, tp.partition)) {
@@ -664,6 +699,7 @@ impl Pipeline {
     /// at its stored offset.
     pub fn assign(
         &mut self,
+        ctl: &dyn PartitionControl,
         tps: &[TopicPartition],
         stop: &dyn Fn() -> bool,
     ) -> Vec<(TopicPartition, Offset)> {
@@ -707,7 +743,17 @@ impl Pipeline {
             }
         };
         let mut starts = Vec::with_capacity(claims.len());
-        for claim in claims {
+        for mut claim in claims {
+            // A stored position outside the partition's range would make librdkafka jump.
+            if let Some(stored) = claim.next_offset {
+                match self.check_range(ctl, &claim.tp, claim.epoch, stored) {
+                    Ok(next) => claim.next_offset = Some(next),
+                    Err(fatal) => {
+                        self.set_fatal(fatal);
+                        continue;
+                    }
+                }
+            }
             let route = self.route_index[&claim.tp.topic];
             let lane = self.lane_of(route, claim.tp.partition);
             let (status, offset) = match start_offset(claim.next_offset, self.reset) {
@@ -736,6 +782,118 @@ impl Pipeline {
         }
         Stats::add(&self.stats.rebalances, 1);
         starts
+    }
+
+    /// Compares a stored position with the partition's range and applies
+    /// `offset_out_of_range`; returns where the partition resumes.
+    fn check_range(
+        &mut self,
+        ctl: &dyn PartitionControl,
+        tp: &TopicPartition,
+        epoch: i64,
+        stored: i64,
+    ) -> Result<i64, Fatal> {
+        let (low, high) = match ctl.watermarks(tp) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(%tp, error = %e, "cannot read the partition's watermarks; not checking its range");
+                return Ok(stored);
+            }
+        };
+        if (low..=high).contains(&stored) {
+            return Ok(stored);
+        }
+        let why = if stored < low {
+            "the records before the low watermark were deleted (retention or delete-records)"
+        } else {
+            "the partition has fewer records than the stored position (the topic was recreated?)"
+        };
+        let to = match self.out_of_range {
+            ResetPolicy::Fail => {
+                return Err(Fatal::OutOfRange {
+                    tp: tp.clone(),
+                    group: self.store.group().to_string(),
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                    stored,
+                    low,
+                    high,
+                    why,
+                })
+            }
+            ResetPolicy::Earliest => low,
+            ResetPolicy::Latest => high,
+        };
+        let detail = format!("stored {stored} outside {low}..{high}: {why}");
+        match self.runtime.block_on(self.store.move_offset(
+            tp,
+            epoch,
+            Some(stored),
+            to,
+            "out_of_range_reset",
+            &detail,
+        )) {
+            Ok(true) => {
+                tracing::error!(%tp, from = stored, to, low, high, why, "offset out of range: moved by kafka.offset_out_of_range; recorded in kafka_offset_events");
+                Ok(to)
+            }
+            Ok(false) => Err(Fatal::Other(format!(
+                "{tp}: fenced while resetting its out-of-range offset"
+            ))),
+            Err(e) => Err(Fatal::Other(format!(
+                "{tp}: cannot record the out-of-range reset: {e}"
+            ))),
+        }
+    }
+
+    /// A consumer error. An offset out of range while running (retention overtook the sink)
+    /// is found by checking every owned partition against its watermarks.
+    pub fn on_consumer_error(
+        &mut self,
+        ctl: &dyn PartitionControl,
+        error: &rdkafka::error::KafkaError,
+    ) {
+        use rdkafka::types::RDKafkaErrorCode;
+        let out_of_range = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
+        );
+        if !out_of_range {
+            tracing::warn!(error = %error, "consumer error");
+            return;
+        }
+        tracing::warn!(error = %error, "a partition's position fell out of its range; checking the owned partitions");
+        let active: Vec<(usize, i32)> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.status == Status::Active)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in active {
+            let Some(p) = self.partitions.get(&key) else {
+                continue;
+            };
+            let (tp, epoch, cursor, lane) = (p.tp.clone(), p.epoch, p.cursor, p.lane);
+            let Some(position) = cursor else { continue };
+            let Ok((low, high)) = ctl.watermarks(&tp) else {
+                continue;
+            };
+            if (low..=high).contains(&position) {
+                continue;
+            }
+            // Finish what is in flight for the lane, so the stored offset is the position.
+            self.seal_and_send(lane);
+            self.wait_until(|i| i == lane);
+            let stored = self
+                .partitions
+                .get(&key)
+                .and_then(|p| p.sealed_next)
+                .unwrap_or(position);
+            match self.check_range(ctl, &tp, epoch, stored) {
+                Ok(_) => self.begin_rewind(lane),
+                Err(fatal) => self.set_fatal(fatal),
+            }
+        }
     }
 
     /// Gives partitions up: what is buffered for them is committed (or fails) before this

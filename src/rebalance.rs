@@ -97,7 +97,7 @@ impl ConsumerContext for SinkContext {
                 let tps = to_vec(tpl);
                 let starts = self
                     .pipeline()
-                    .assign(&tps, &|| self.shutdown.is_triggered());
+                    .assign(consumer, &tps, &|| self.shutdown.is_triggered());
                 tracing::info!(
                     partitions = ?starts.iter().map(|(tp, o)| format!("{tp}@{}", show_offset(*o))).collect::<Vec<_>>(),
                     "assigned"
@@ -154,6 +154,25 @@ fn show_offset(o: Offset) -> String {
 }
 
 impl PartitionControl for BaseConsumer<SinkContext> {
+    fn restart_at(&self, tp: &TopicPartition, offset: Offset) -> Result<(), String> {
+        let one = to_tpl([(tp, Some(offset))]);
+        if matches!(self.rebalance_protocol(), RebalanceProtocol::Cooperative) {
+            self.incremental_unassign(&one).map_err(|e| e.to_string())?;
+            self.incremental_assign(&one).map_err(|e| e.to_string())
+        } else {
+            // Eager: the whole assignment again, this partition at its new offset.
+            let mut all = self.assignment().map_err(|e| e.to_string())?;
+            all.set_partition_offset(&tp.topic, tp.partition, offset)
+                .map_err(|e| e.to_string())?;
+            self.assign(&all).map_err(|e| e.to_string())
+        }
+    }
+
+    fn watermarks(&self, tp: &TopicPartition) -> Result<(i64, i64), String> {
+        self.fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
+            .map_err(|e| e.to_string())
+    }
+
     fn pause(&self, tps: &[TopicPartition]) {
         if tps.is_empty() {
             return;

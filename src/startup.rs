@@ -136,6 +136,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         runtime,
         limits: settings.batch.clone(),
         reset: settings.kafka.auto_offset_reset,
+        out_of_range: settings.kafka.offset_out_of_range,
         stats,
     });
     let topics = pipeline.subscription();

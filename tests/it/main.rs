@@ -9,6 +9,7 @@ mod faults;
 mod formats;
 mod helpers;
 mod mapping;
+mod out_of_range;
 mod rebalance;
 mod upsert;
 mod zombie;
