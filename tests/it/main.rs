@@ -11,5 +11,6 @@ mod helpers;
 mod mapping;
 mod out_of_range;
 mod rebalance;
+mod restarts;
 mod upsert;
 mod zombie;

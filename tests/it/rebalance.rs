@@ -11,10 +11,7 @@ const RECORDS: i64 = 30_000;
 
 /// Produces `0..RECORDS` in slices over about ten seconds.
 fn produce_in_background(topic: &TestTopic) -> tokio::task::JoinHandle<()> {
-    let topic = TestTopic {
-        name: topic.name.clone(),
-        partitions: topic.partitions,
-    };
+    let topic = topic.handle();
     tokio::spawn(async move {
         let producer = producer();
         let step = RECORDS / 20;
@@ -22,8 +19,6 @@ fn produce_in_background(topic: &TestTopic) -> tokio::task::JoinHandle<()> {
             produce_orders(&producer, &topic, slice * step, (slice + 1) * step).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        // The clone must not delete the topic when it goes out of scope.
-        std::mem::forget(topic);
     })
 }
 

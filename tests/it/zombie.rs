@@ -43,13 +43,9 @@ async fn zombie(protocol: &'static str) {
     )
     .await;
     // Keep records flowing so the zombie has batches open and in flight when it stops.
-    let topic_name = topic.name.clone();
-    let partitions = topic.partitions;
+    let handle = topic.handle();
     let feeder = tokio::spawn(async move {
-        let topic = TestTopic {
-            name: topic_name,
-            partitions,
-        };
+        let topic = handle;
         let producer = crate::helpers::kafka::producer();
         let step = (RECORDS - 2_000) / 30;
         for slice in 0..30 {
@@ -62,7 +58,6 @@ async fn zombie(protocol: &'static str) {
             .await;
             tokio::time::sleep(Duration::from_millis(400)).await;
         }
-        std::mem::forget(topic);
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -11,12 +11,18 @@ pub struct TestDb {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    /// The server's administrative URL, to drop the database afterwards.
+    admin_url: String,
 }
 
 impl TestDb {
     /// Creates an empty database (no migrations).
     pub async fn empty() -> Self {
-        let admin_url = &services().admin_url;
+        Self::empty_on(&services().admin_url).await
+    }
+
+    /// An empty database on another server (a test's private PostgreSQL).
+    pub async fn empty_on(admin_url: &str) -> Self {
         let name = format!(
             "kps_test_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -39,12 +45,32 @@ impl TestDb {
             .connect(&url)
             .await
             .expect("connect to test database");
-        Self { name, url, pool }
+        Self {
+            name,
+            url,
+            pool,
+            admin_url: admin_url.to_string(),
+        }
     }
 
     /// A database with the sink's migrations applied by `kafka-pg-sink migrate`.
     pub async fn migrated() -> Self {
-        let db = Self::empty().await;
+        Self::migrated_on(&services().admin_url).await
+    }
+
+    /// The same database with a fresh pool (after its server restarted).
+    pub async fn reconnect(mut db: TestDb) -> TestDb {
+        db.pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&db.url)
+            .await
+            .expect("reconnect to test database");
+        db
+    }
+
+    /// A migrated database on another server.
+    pub async fn migrated_on(admin_url: &str) -> Self {
+        let db = Self::empty_on(admin_url).await;
         let out = run_cli(&["migrate", "--database-url", &db.url]).await;
         assert!(out.status.success(), "migrate failed: {}", out.stderr);
         db
@@ -130,7 +156,7 @@ impl Drop for TestDb {
             return;
         }
         let name = self.name.clone();
-        let admin_url = services().admin_url.clone();
+        let admin_url = self.admin_url.clone();
         // Drop runs outside any runtime guarantee: use a small one of its own.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()

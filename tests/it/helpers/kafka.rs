@@ -14,6 +14,10 @@ use super::services::services;
 pub struct TestTopic {
     pub name: String,
     pub partitions: i32,
+    /// Its broker, when not the shared one.
+    pub bootstrap: Option<String>,
+    /// Only the original deletes the topic; copies for background tasks do not.
+    owned: bool,
 }
 
 impl TestTopic {
@@ -27,9 +31,16 @@ impl TestTopic {
 
     /// A topic with a chosen (still unique) name, e.g. to match a pattern.
     pub async fn create_named(name: &str, partitions: i32) -> Self {
+        Self::create_on(&services().kafka, name, partitions).await
+    }
+
+    /// A topic on another broker (a test's private Kafka).
+    pub async fn create_on(bootstrap: &str, name: &str, partitions: i32) -> Self {
         let name = name.to_string();
-        let admin: AdminClient<DefaultClientContext> =
-            client_config().create().expect("admin client");
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .expect("admin client");
         let topic = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
         let results = admin
             .create_topics(
@@ -37,16 +48,40 @@ impl TestTopic {
                 &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
             )
             .await
-            .unwrap_or_else(|e| panic!("create topic {name} on {}: {e}", services().kafka));
+            .unwrap_or_else(|e| panic!("create topic {name} on {bootstrap}: {e}"));
         for r in results {
             r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
         }
-        Self { name, partitions }
+        let bootstrap = (bootstrap != services().kafka).then(|| bootstrap.to_string());
+        Self {
+            name,
+            partitions,
+            bootstrap,
+            owned: true,
+        }
+    }
+
+    /// A handle for a background task; dropping it leaves the topic alone.
+    pub fn handle(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            partitions: self.partitions,
+            bootstrap: self.bootstrap.clone(),
+            owned: false,
+        }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut config = client_config();
+        if let Some(b) = &self.bootstrap {
+            config.set("bootstrap.servers", b);
+        }
+        config
     }
 
     /// The end offset of every partition, read from the broker.
     pub fn end_offsets(&self) -> Vec<(i32, i64)> {
-        let consumer: BaseConsumer = client_config().create().expect("consumer");
+        let consumer: BaseConsumer = self.config().create().expect("consumer");
         (0..self.partitions)
             .map(|p| {
                 let (_, high) = consumer
@@ -60,6 +95,9 @@ impl TestTopic {
 
 impl Drop for TestTopic {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -86,7 +124,13 @@ pub fn client_config() -> ClientConfig {
 
 /// A producer that neither loses nor duplicates: idempotent, acks from all replicas.
 pub fn producer() -> FutureProducer {
+    producer_on(&services().kafka)
+}
+
+/// The same, for another broker.
+pub fn producer_on(bootstrap: &str) -> FutureProducer {
     client_config()
+        .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")

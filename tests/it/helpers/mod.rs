@@ -2,6 +2,7 @@
 
 pub mod db;
 pub mod kafka;
+pub mod private;
 pub mod services;
 pub mod sink;
 

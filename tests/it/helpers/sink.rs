@@ -63,6 +63,8 @@ pub struct SinkConfig {
     pub metadata: String,
     /// Extra TOML appended verbatim.
     pub extra: String,
+    /// Another broker than the shared one (a test's private Kafka).
+    pub kafka: Option<String>,
 }
 
 impl SinkConfig {
@@ -81,6 +83,7 @@ impl SinkConfig {
             topic_settings: String::new(),
             metadata: "partition = \"kafka_partition\"\noffset = \"kafka_offset\"".into(),
             extra: String::new(),
+            kafka: None,
         }
     }
 
@@ -122,7 +125,7 @@ table = "{table}"
 {metadata}
 {extra}
 "#,
-            kafka = services().kafka,
+            kafka = self.kafka.clone().unwrap_or_else(|| services().kafka.clone()),
             group = self.group,
             protocol = self.protocol,
             reset = self.reset,
