@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
+use crate::helpers::proxy::CommitCutter;
 use crate::helpers::services::services;
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
@@ -62,5 +63,35 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
         "{}",
         sink.logs_tail(40)
     );
+    assert!(sink.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_whose_answer_is_lost_is_resolved_by_rereading_not_by_guessing() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(2).await;
+    produce_orders(&producer(), &topic, 0, 20_000).await;
+
+    // The sink reaches PostgreSQL through a proxy that loses the answer to every 7th COMMIT.
+    let mut url = url::Url::parse(&db.url).unwrap();
+    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let cutter = CommitCutter::start(upstream, 7).await;
+    url.set_port(Some(cutter.port)).unwrap();
+    let mut config = SinkConfig::new(url.as_str(), &topic.name, "orders");
+    config.max_records = 400;
+    let mut sink = Sink::start(&config, "sink");
+
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    assert!(
+        cutter.cuts() >= 3,
+        "only {} of {} commits lost their answer",
+        cutter.cuts(),
+        cutter.commits()
+    );
+    assert_exactly_once(&db, "orders", 20_000).await;
+    assert_rows_match_offsets(&db, "orders", &config.group, &topic.name).await;
+    assert_offset_history_is_a_chain(&db).await;
     assert!(sink.stop().success());
 }

@@ -14,7 +14,9 @@ const RECORDS: i64 = 40_000;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing() {
-    let pg = tokio::task::spawn_blocking(|| Private::up("postgres")).await.unwrap();
+    let pg = tokio::task::spawn_blocking(|| Private::up("postgres"))
+        .await
+        .unwrap();
     let db = TestDb::migrated_on(&pg.admin_url()).await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
@@ -24,7 +26,10 @@ async fn postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothi
     let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
     config.max_records = 300;
     let mut sink = Sink::start(&config, "sink");
-    wait_until("the first rows", Duration::from_secs(60), || async { db.count("orders").await > 2_000 }).await;
+    wait_until("the first rows", Duration::from_secs(60), || async {
+        db.count("orders").await > 2_000
+    })
+    .await;
 
     let pg = tokio::task::spawn_blocking(move || {
         pg.stop("postgres");
@@ -42,7 +47,11 @@ async fn postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothi
     assert_rows_match_offsets(&db, "orders", &config.group, &topic.name).await;
     assert_offset_history_is_a_chain(&db).await;
     let logs = sink.logs();
-    assert!(logs.contains("rewound to stored offsets"), "the outage was noticed and recovered from:\n{}", sink.logs_tail(30));
+    assert!(
+        logs.contains("rewound to stored offsets"),
+        "the outage was noticed and recovered from:\n{}",
+        sink.logs_tail(30)
+    );
     assert!(sink.stop().success());
     drop(db);
     drop(pg);
@@ -50,11 +59,18 @@ async fn postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing() {
-    let kafka = tokio::task::spawn_blocking(|| Private::up("kafka")).await.unwrap();
+    let kafka = tokio::task::spawn_blocking(|| Private::up("kafka"))
+        .await
+        .unwrap();
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
-    let topic = TestTopic::create_on(&kafka.bootstrap(), &format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]), 4).await;
+    let topic = TestTopic::create_on(
+        &kafka.bootstrap(),
+        &format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        4,
+    )
+    .await;
     let producer = producer_on(&kafka.bootstrap());
     produce_orders(&producer, &topic, 0, RECORDS / 2).await;
 
@@ -62,7 +78,10 @@ async fn the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicat
     config.kafka = Some(kafka.bootstrap());
     config.max_records = 300;
     let mut sink = Sink::start(&config, "sink");
-    wait_until("the first rows", Duration::from_secs(60), || async { db.count("orders").await > 2_000 }).await;
+    wait_until("the first rows", Duration::from_secs(60), || async {
+        db.count("orders").await > 2_000
+    })
+    .await;
 
     let kafka = tokio::task::spawn_blocking(move || {
         kafka.stop("kafka");
@@ -79,7 +98,10 @@ async fn the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicat
     assert_exactly_once(&db, "orders", RECORDS).await;
     assert_rows_match_offsets(&db, "orders", &config.group, &topic.name).await;
     assert_offset_history_is_a_chain(&db).await;
-    assert!(sink.is_running(), "the sink stays up through the broker's restart");
+    assert!(
+        sink.is_running(),
+        "the sink stays up through the broker's restart"
+    );
     assert!(sink.stop().success());
     drop(topic);
     drop(kafka);

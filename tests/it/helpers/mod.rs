@@ -3,6 +3,7 @@
 pub mod db;
 pub mod kafka;
 pub mod private;
+pub mod proxy;
 pub mod services;
 pub mod sink;
 

@@ -15,8 +15,13 @@ pub struct Private {
 
 /// Free ports, as the kernel hands them out (released before the script binds them).
 fn free_ports() -> [u16; 5] {
-    let listeners: Vec<TcpListener> = (0..5).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    let ports: Vec<u16> = listeners.iter().map(|l| l.local_addr().unwrap().port()).collect();
+    let listeners: Vec<TcpListener> = (0..5)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
     ports.try_into().unwrap()
 }
 
@@ -60,7 +65,10 @@ impl Private {
     }
 
     pub fn admin_url(&self) -> String {
-        format!("postgres://postgres:postgres@127.0.0.1:{}/postgres", self.ports[0])
+        format!(
+            "postgres://postgres:postgres@127.0.0.1:{}/postgres",
+            self.ports[0]
+        )
     }
 
     pub fn bootstrap(&self) -> String {

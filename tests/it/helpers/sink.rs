@@ -125,7 +125,10 @@ table = "{table}"
 {metadata}
 {extra}
 "#,
-            kafka = self.kafka.clone().unwrap_or_else(|| services().kafka.clone()),
+            kafka = self
+                .kafka
+                .clone()
+                .unwrap_or_else(|| services().kafka.clone()),
             group = self.group,
             protocol = self.protocol,
             reset = self.reset,
