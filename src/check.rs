@@ -3,7 +3,62 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::sync::Mutex;
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::ClientContext;
+
+/// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
+/// metadata request can say why, not only that it failed.
+#[derive(Default)]
+struct CheckContext {
+    reasons: Mutex<Vec<String>>,
+}
+
+impl CheckContext {
+    fn remember(&self, reason: String) {
+        let mut reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        if !reasons.contains(&reason) && reasons.len() < 2 {
+            reasons.push(reason);
+        }
+    }
+
+    /// `" (reason; reason)"`, or nothing. librdkafka queues its log lines; polling delivers
+    /// them to `log` first.
+    fn why_for(&self, kafka: &BaseConsumer<CheckContext>) -> String {
+        for _ in 0..5 {
+            let _ = kafka.poll(Duration::from_millis(50));
+        }
+        self.why()
+    }
+
+    fn why(&self) -> String {
+        let reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join("; "))
+        }
+    }
+}
+
+impl ClientContext for CheckContext {
+    fn log(&self, _level: RDKafkaLogLevel, _fac: &str, _message: &str) {
+        // The error callback carries the same reasons, once each.
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode;
+        // "All brokers are down" only repeats the failure; the other errors say why.
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.remember(reason.to_string());
+        }
+    }
+}
+
+impl ConsumerContext for CheckContext {}
 use secrecy::ExposeSecret;
 
 use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
@@ -55,7 +110,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         }
     };
 
-    let kafka: Option<BaseConsumer> = match consumer::admin_config(&settings.kafka).create() {
+    let kafka: Option<BaseConsumer<CheckContext>> = match consumer::admin_config(&settings.kafka)
+        .create_with_context(CheckContext::default())
+    {
         Ok(c) => Some(c),
         Err(e) => {
             problems.push(format!("kafka: invalid client settings: {e}"));
@@ -92,8 +149,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     problems.push(format!(
-                        "cannot reach Kafka at {}: {e}",
-                        settings.kafka.bootstrap_servers
+                        "cannot reach Kafka at {}: {e}{}",
+                        settings.kafka.bootstrap_servers,
+                        kafka.context().why_for(kafka)
                     ));
                     Vec::new()
                 }
@@ -132,7 +190,7 @@ async fn check_topic(
     settings: &Settings,
     topic: &TopicSettings,
     name: &str,
-    kafka: Option<&BaseConsumer>,
+    kafka: Option<&BaseConsumer<CheckContext>>,
     pool: Option<&sqlx::PgPool>,
     out: &mut String,
     problems: &mut Vec<String>,
@@ -157,8 +215,9 @@ async fn check_topic(
                 None => problems.push(format!("topic {name:?}: not in the broker's metadata")),
             },
             Err(e) => problems.push(format!(
-                "cannot reach Kafka at {} for topic {name:?}: {e}",
-                settings.kafka.bootstrap_servers
+                "cannot reach Kafka at {} for topic {name:?}: {e}{}",
+                settings.kafka.bootstrap_servers,
+                kafka.context().why_for(kafka)
             )),
         }
     }

@@ -24,7 +24,10 @@ fn with_properties(kafka: &KafkaSettings, own: &[(&str, String)]) -> ClientConfi
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &kafka.bootstrap_servers)
-        .set("client.id", "kafka-pg-sink");
+        .set("client.id", "kafka-pg-sink")
+        // librdkafka's messages reach the sink's log (filtered there by RUST_LOG); without an
+        // explicit level they could be dropped before, depending on how logging started.
+        .set_log_level(rdkafka::config::RDKafkaLogLevel::Info);
     for (key, value) in own {
         config.set(*key, value);
     }

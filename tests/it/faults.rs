@@ -79,6 +79,8 @@ async fn a_commit_whose_answer_is_lost_is_resolved_by_rereading_not_by_guessing(
     let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
     let cutter = CommitCutter::start(upstream, 7).await;
     url.set_port(Some(cutter.port)).unwrap();
+    // The proxy reads the protocol, so no TLS on this path.
+    url.query_pairs_mut().append_pair("sslmode", "disable");
     let mut config = SinkConfig::new(url.as_str(), &topic.name, "orders");
     config.max_records = 400;
     let mut sink = Sink::start(&config, "sink");

@@ -12,5 +12,6 @@ mod mapping;
 mod out_of_range;
 mod rebalance;
 mod restarts;
+mod security;
 mod upsert;
 mod zombie;

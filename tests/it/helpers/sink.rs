@@ -65,6 +65,10 @@ pub struct SinkConfig {
     pub extra: String,
     /// Another broker than the shared one (a test's private Kafka).
     pub kafka: Option<String>,
+    /// `[kafka.properties]` lines added to the test defaults.
+    pub kafka_properties: String,
+    /// Environment variables for the sink process.
+    pub env: Vec<(String, String)>,
 }
 
 impl SinkConfig {
@@ -84,6 +88,8 @@ impl SinkConfig {
             metadata: "partition = \"kafka_partition\"\noffset = \"kafka_offset\"".into(),
             extra: String::new(),
             kafka: None,
+            kafka_properties: String::new(),
+            env: Vec::new(),
         }
     }
 
@@ -101,7 +107,7 @@ session_timeout = "{session}ms"
 [kafka.properties]
 "heartbeat.interval.ms" = "500"
 "topic.metadata.refresh.interval.ms" = "1000"
-{debug}
+{debug}{kafka_properties}
 [postgres]
 url = "{db}"
 writers = {writers}
@@ -129,6 +135,11 @@ table = "{table}"
                 .kafka
                 .clone()
                 .unwrap_or_else(|| services().kafka.clone()),
+            kafka_properties = if self.kafka_properties.is_empty() {
+                String::new()
+            } else {
+                format!("{}\n", self.kafka_properties)
+            },
             group = self.group,
             protocol = self.protocol,
             reset = self.reset,
@@ -178,13 +189,13 @@ impl Sink {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("sink.toml");
         std::fs::write(&config_path, config.toml()).expect("write config");
-        Self::spawn(dir, &config_path, name, args)
+        Self::spawn(dir, &config_path, name, args, &config.env)
     }
 
     /// Starts from a configuration file the test wrote itself.
     pub fn start_file(config_path: &std::path::Path, name: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        Self::spawn(dir, config_path, name, &[])
+        Self::spawn(dir, config_path, name, &[], &[])
     }
 
     fn spawn(
@@ -192,6 +203,7 @@ impl Sink {
         config_path: &std::path::Path,
         name: &str,
         args: &[&str],
+        env: &[(String, String)],
     ) -> Self {
         let log_path = dir.path().join("sink.log");
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -211,6 +223,7 @@ impl Sink {
                 },
             )
             .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
