@@ -44,6 +44,81 @@ pub enum Command {
     /// Inspect dead letters, or write them again after fixing the data or the table.
     #[command(subcommand)]
     DeadLetters(DeadLetterCommand),
+    /// How far behind each partition is: stored positions against Kafka's watermarks now.
+    Lag {
+        /// JSON instead of a table.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+        /// Exit 1 when the total lag is larger (for cron jobs and health checks).
+        #[arg(long)]
+        max_lag: Option<i64>,
+    },
+    /// Show or move the stored positions.
+    #[command(subcommand)]
+    Offsets(OffsetsCommand),
+}
+
+/// Table for people, JSON for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// `offsets show|reset`.
+#[derive(Debug, Subcommand)]
+pub enum OffsetsCommand {
+    /// Print the group's stored positions.
+    Show {
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// Move positions; a running sink is fenced and continues from the new position.
+    Reset {
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (repeatable; default: all).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
+        #[command(flatten)]
+        to: ResetTarget,
+        /// Print the plan, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Exactly one target.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct ResetTarget {
+    /// `earliest` or `latest`.
+    #[arg(long, value_parser = ["earliest", "latest"])]
+    pub to: Option<String>,
+    /// This offset (must lie within the partition's range).
+    #[arg(long)]
+    pub to_offset: Option<i64>,
+    /// The first record at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or epoch ms.
+    #[arg(long)]
+    pub to_timestamp: Option<String>,
+}
+
+impl ResetTarget {
+    pub fn target(&self) -> anyhow::Result<crate::offsets_cmd::Target> {
+        use crate::offsets_cmd::Target;
+        Ok(match (&self.to, self.to_offset, &self.to_timestamp) {
+            (Some(to), _, _) if to == "earliest" => Target::Earliest,
+            (Some(_), _, _) => Target::Latest,
+            (_, Some(offset), _) => Target::Offset(offset),
+            (_, _, Some(ts)) => Target::Timestamp(match ts.parse::<i64>() {
+                Ok(ms) => ms,
+                Err(_) => chrono::DateTime::parse_from_rfc3339(ts)
+                    .map_err(|e| anyhow::anyhow!("--to-timestamp {ts:?}: {e}"))?
+                    .timestamp_millis(),
+            }),
+            _ => anyhow::bail!("give --to, --to-offset or --to-timestamp"),
+        })
+    }
 }
 
 /// `dead-letters list|replay`.

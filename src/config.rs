@@ -28,6 +28,8 @@ pub struct Settings {
     pub batch: BatchSettings,
     #[serde(default)]
     pub log: LogSettings,
+    #[serde(default)]
+    pub http: HttpSettings,
     /// One entry per subscribed topic; each goes to its own table.
     #[serde(default)]
     pub topics: Vec<TopicSettings>,
@@ -56,6 +58,13 @@ pub struct KafkaSettings {
     /// librdkafka properties (SASL, SSL, fetch sizes, …), applied after the sink's own.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// How often assigned partitions' watermarks are observed and stored (`kafka_watermarks`).
+    #[serde(default = "default_watermark_interval", with = "humantime_serde")]
+    pub watermark_interval: Duration,
+    /// Also commit each position to the Kafka group after PostgreSQL commits it, for Kafka's
+    /// own lag tools. Advisory only: PostgreSQL stays the source of truth.
+    #[serde(default)]
+    pub mirror_commits: bool,
 }
 
 impl std::fmt::Debug for KafkaSettings {
@@ -79,6 +88,8 @@ impl std::fmt::Debug for KafkaSettings {
             .field("offset_out_of_range", &self.offset_out_of_range)
             .field("session_timeout", &self.session_timeout)
             .field("properties", &properties)
+            .field("watermark_interval", &self.watermark_interval)
+            .field("mirror_commits", &self.mirror_commits)
             .finish()
     }
 }
@@ -177,6 +188,25 @@ impl Default for LogSettings {
         Self {
             format: LogFormat::default(),
             progress_interval: default_progress_interval(),
+        }
+    }
+}
+
+/// The HTTP endpoint: `/metrics` (Prometheus), `/health` and `/ready`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default = "default_listen")]
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: default_listen(),
         }
     }
 }
@@ -396,6 +426,12 @@ fn default_progress_interval() -> Duration {
 }
 fn default_schema() -> String {
     "public".into()
+}
+fn default_listen() -> std::net::SocketAddr {
+    ([127, 0, 0, 1], 9464).into()
+}
+fn default_watermark_interval() -> Duration {
+    Duration::from_secs(5)
 }
 fn default_true() -> bool {
     true

@@ -67,6 +67,11 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         ("fetch.queue.backoff.ms", "10".into()),
         // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
         ("topic.metadata.refresh.interval.ms", "30000".into()),
+        // Watermarks and broker states for lag and readiness come with the statistics.
+        (
+            "statistics.interval.ms",
+            kafka.watermark_interval.as_millis().max(100).to_string(),
+        ),
         // Start positions are always explicit (stored offset, or earliest/latest for a new
         // partition); a position that falls out of range while running must never be moved
         // silently, so librdkafka reports it and the sink applies `offset_out_of_range`.

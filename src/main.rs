@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kafka_pg_sink::cli::{Cli, Command, DeadLetterCommand};
+use kafka_pg_sink::cli::{Cli, Command, DeadLetterCommand, OffsetsCommand, OutputFormat};
 use kafka_pg_sink::config::Settings;
 use kafka_pg_sink::shutdown::Shutdown;
-use kafka_pg_sink::{check, dead_letter_cmd, migrate, startup, telemetry};
+use kafka_pg_sink::{check, dead_letter_cmd, lag_cmd, migrate, offsets_cmd, startup, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -68,6 +68,26 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     }
                     Ok(())
                 }
+            }
+        }
+        Command::Lag { format, max_lag } => {
+            let settings = Settings::load(file, &overrides)?;
+            lag_cmd::run(&settings, format == OutputFormat::Json, max_lag).await
+        }
+        Command::Offsets(command) => {
+            let settings = Settings::load(file, &overrides)?;
+            match command {
+                OffsetsCommand::Show { topic } => {
+                    offsets_cmd::show(&settings, topic.as_deref()).await
+                }
+                OffsetsCommand::Reset {
+                    topic,
+                    partitions,
+                    to,
+                    dry_run,
+                } => offsets_cmd::reset(&settings, &topic, &partitions, &to.target()?, dry_run)
+                    .await
+                    .map(|_| ()),
             }
         }
         Command::Run => {

@@ -45,6 +45,21 @@ pub struct StoredOffset {
     /// `None` until the first commit: the reset policy decides where reading starts.
     pub next_offset: Option<i64>,
     pub epoch: i64,
+    /// Who claimed it last (`reset:…` after `kafka-pg-sink offsets reset`).
+    pub owner_id: Option<String>,
+}
+
+/// The `owner_id` prefix of a position set by an operator: the sink that owns the partition
+/// claims it again and continues from there.
+pub const RESET_OWNER_PREFIX: &str = "reset:";
+
+impl StoredOffset {
+    /// Whether an operator's reset, not another consumer, moved the epoch.
+    pub fn reset_by_operator(&self) -> bool {
+        self.owner_id
+            .as_deref()
+            .is_some_and(|o| o.starts_with(RESET_OWNER_PREFIX))
+    }
 }
 
 /// One partition's advance inside a batch transaction.
@@ -84,10 +99,10 @@ SELECT $1, v.topic, v.partition, 1, $4, now()
   FROM UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
 ON CONFLICT (consumer_group, topic, partition) DO UPDATE
    SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now()
-RETURNING topic, partition, next_offset, owner_epoch";
+RETURNING topic, partition, next_offset, owner_epoch, owner_id";
 
 const READ_SQL: &str = "
-SELECT o.topic, o.partition, o.next_offset, o.owner_epoch
+SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id
   FROM kafka_offsets o
   JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
     ON o.topic = v.topic AND o.partition = v.partition
@@ -133,6 +148,7 @@ fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>
                 tp: TopicPartition::new(row.try_get::<String, _>(0)?, row.try_get(1)?),
                 next_offset: row.try_get(2)?,
                 epoch: row.try_get(3)?,
+                owner_id: row.try_get(4)?,
             })
         })
         .collect()

@@ -19,6 +19,7 @@ use crate::batch::{Batch, OpenBatch};
 use crate::config::OnError;
 use crate::config::{BatchSettings, ResetPolicy};
 use crate::dead_letter::{DeadLetter, ErrorKind, OwnedRecord};
+use crate::health::Health;
 use crate::mapping::{EncodeError, MapError, RecordView, TopicMapper};
 use crate::offsets::{OffsetAdvance, OffsetStore, StoredOffset, TopicPartition};
 use crate::routing::Router;
@@ -37,12 +38,16 @@ pub trait PartitionControl {
     /// Restarts a partition's fetcher at `offset` by taking it out of the assignment and
     /// putting it back: for a partition in an error state, which a seek cannot move.
     fn restart_at(&self, tp: &TopicPartition, offset: Offset) -> Result<(), String>;
+    /// Commits positions to the Kafka group, asynchronously (`kafka.mirror_commits`).
+    fn commit_to_kafka(&self, positions: &[(TopicPartition, i64)]);
 }
 
 /// A topic and the mapping of its records onto its table.
 pub struct Route {
     pub topic: Arc<str>,
     pub mapper: TopicMapper,
+    /// Records taken, for the metric.
+    pub consumed: u64,
 }
 
 /// Where an owned partition stands.
@@ -97,7 +102,7 @@ pub enum Fatal {
     Rejected { batch: String, reason: String },
     #[error("{tp} has no stored offset and kafka.auto_offset_reset = \"fail\": set its offset in kafka_offsets or choose earliest/latest")]
     NoStoredOffset { tp: TopicPartition },
-    #[error("{tp} resumes at offset {stored}, outside its range {low}..{high}: {why}. Nothing was skipped yet. To continue, set kafka.offset_out_of_range = \"earliest\" (or \"latest\"), or move the position: UPDATE kafka_offsets SET next_offset = {low} WHERE consumer_group = '{group}' AND topic = '{topic}' AND partition = {partition}")]
+    #[error("{tp} resumes at offset {stored}, outside its range {low}..{high}: {why}. Nothing was skipped yet. To continue, set kafka.offset_out_of_range = \"earliest\" (or \"latest\"), or move the position: kafka-pg-sink offsets reset --group-id {group} --topic {topic} --partition {partition} --to-offset {low}")]
     OutOfRange {
         tp: TopicPartition,
         group: String,
@@ -137,6 +142,14 @@ pub struct Pipeline {
     dropped: u64,
     /// Partitions to pause at the next chance the consumer is at hand.
     to_pause: Vec<TopicPartition>,
+    /// Positions to mirror to the Kafka group (`kafka.mirror_commits`).
+    to_mirror: Vec<(TopicPartition, i64)>,
+    mirror_commits: bool,
+    health: Arc<Health>,
+    last_publish: Instant,
+    /// When the owned partitions' epochs were last compared with the database, to notice an
+    /// operator's reset even when no record arrives.
+    last_epoch_check: Instant,
 }
 
 /// Everything the pipeline is built from.
@@ -152,6 +165,8 @@ pub struct PipelineParts {
     pub reset: ResetPolicy,
     pub out_of_range: ResetPolicy,
     pub stats: Arc<Stats>,
+    pub health: Arc<Health>,
+    pub mirror_commits: bool,
 }
 
 impl Pipeline {
@@ -192,6 +207,11 @@ impl Pipeline {
             next_batch_id: 0,
             dropped: 0,
             to_pause: Vec::new(),
+            to_mirror: Vec::new(),
+            mirror_commits: parts.mirror_commits,
+            health: parts.health,
+            last_publish: Instant::now(),
+            last_epoch_check: Instant::now(),
         }
     }
 
@@ -230,6 +250,7 @@ impl Pipeline {
         self.routes.push(Route {
             topic: topic.clone(),
             mapper,
+            consumed: 0,
         });
         self.route_index
             .insert(topic.clone(), self.routes.len() - 1);
@@ -286,6 +307,7 @@ impl Pipeline {
             }
         }
         Stats::add(&self.stats.records_consumed, 1);
+        self.routes[route].consumed += 1;
         let lane_idx = p.lane;
         let mut encoded = self.encode_into(lane_idx, route, record);
         if encoded == Err(EncodeError::ShapeChanged) {
@@ -314,7 +336,7 @@ impl Pipeline {
                     MapError::Unsupported("a column list that does not fit a fresh batch".into())
                 }
             };
-            let Route { topic, mapper } = &self.routes[route];
+            let Route { topic, mapper, .. } = &self.routes[route];
             if mapper.on_error() == OnError::DeadLetter {
                 // Kept in this batch's transaction; the position moves past it like any record.
                 self.lanes[lane_idx].open.dead_letters.push(DeadLetter {
@@ -359,7 +381,7 @@ impl Pipeline {
         route: usize,
         record: &RecordView<'_>,
     ) -> Result<(), EncodeError> {
-        let Route { topic, mapper } = &self.routes[route];
+        let Route { topic, mapper, .. } = &self.routes[route];
         let rows = self.lanes[lane_idx].open.table_rows(route, topic, mapper);
         mapper.encode(record, rows)
     }
@@ -496,14 +518,19 @@ impl Pipeline {
         self.lanes[lane_idx].in_flight -= 1;
         match result.outcome {
             Outcome::Committed => {
-                Stats::add(&self.stats.dead_letters, result.dead_letters as u64);
-                self.stats.committed(
+                self.stats.committed_batch(
                     result.records,
                     result.rows,
                     result.transaction_time,
                     result.batch_age,
+                    &result.tables,
+                    result.dead_letters,
                 );
                 self.lanes[lane_idx].failures = 0;
+                if self.mirror_commits {
+                    self.to_mirror
+                        .extend(result.offsets.iter().map(|a| (a.tp.clone(), a.next)));
+                }
                 tracing::trace!(
                     lane = lane_idx,
                     batch = result.batch_id,
@@ -512,17 +539,17 @@ impl Pipeline {
                 );
             }
             Outcome::Fenced { matched, expected } => {
-                Stats::add(&self.stats.fenced, 1);
+                self.stats.failed_batch("fenced");
                 tracing::warn!(lane = lane_idx, batch = result.batch_id, matched, expected, "batch fenced: a partition changed owner or position; re-reading stored offsets");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Transient(reason) => {
-                Stats::add(&self.stats.batches_failed, 1);
+                self.stats.failed_batch("transient");
                 tracing::warn!(lane = lane_idx, batch = result.batch_id, error = %reason, "batch transaction failed; nothing of it counts as written, rewinding to the stored offsets");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Permanent(reason) => {
-                Stats::add(&self.stats.batches_failed, 1);
+                self.stats.failed_batch("rejected");
                 self.begin_rewind(lane_idx);
                 self.set_fatal(Fatal::Rejected {
                     batch: format!("lane {lane_idx}, batch {}", result.batch_id),
@@ -556,6 +583,66 @@ impl Pipeline {
         tracing::info!(lane = lane_idx, partitions = paused, "rewind scheduled");
     }
 
+    /// Compares the owned partitions' epochs with the database: a partition an operator reset
+    /// is rewound (and claimed again) even if no record arrives for it.
+    fn check_epochs(&mut self) {
+        let owned: Vec<TopicPartition> = self
+            .partitions
+            .values()
+            .filter(|p| p.status == Status::Active)
+            .map(|p| p.tp.clone())
+            .collect();
+        if owned.is_empty() {
+            return;
+        }
+        let Ok(stored) = self.runtime.block_on(self.store.read(&owned)) else {
+            return; // The database is away; the writers will notice.
+        };
+        let mut lanes = Vec::new();
+        for s in stored.iter().filter(|s| s.reset_by_operator()) {
+            let Some(&route) = self.route_index.get(&s.tp.topic) else {
+                continue;
+            };
+            if let Some(p) = self.partitions.get(&(route, s.tp.partition)) {
+                if p.epoch != s.epoch {
+                    lanes.push(p.lane);
+                }
+            }
+        }
+        lanes.sort_unstable();
+        lanes.dedup();
+        for lane in lanes {
+            self.seal_and_send(lane);
+            self.wait_until(|i| i == lane);
+            self.begin_rewind(lane);
+            // Recover at once rather than after a backoff: nothing failed.
+            self.lanes[lane].retry_at = Some(Instant::now());
+        }
+    }
+
+    /// Commits the positions PostgreSQL has committed to the Kafka group as well, for Kafka's
+    /// own lag tools; only for partitions still owned, so a revoked one is never touched.
+    fn mirror(&mut self, ctl: &dyn PartitionControl) {
+        if self.to_mirror.is_empty() {
+            return;
+        }
+        let mut latest: HashMap<TopicPartition, i64> = HashMap::new();
+        for (tp, next) in self.to_mirror.drain(..) {
+            let e = latest.entry(tp).or_insert(next);
+            *e = (*e).max(next);
+        }
+        let owned: Vec<(TopicPartition, i64)> = latest
+            .into_iter()
+            .filter(|(tp, _)| {
+                self.route_index
+                    .get(&tp.topic)
+                    .and_then(|&r| self.partitions.get(&(r, tp.partition)))
+                    .is_some_and(|p| p.status != Status::Fenced)
+            })
+            .collect();
+        ctl.commit_to_kafka(&owned);
+    }
+
     /// Pauses partitions that stopped taking records, so they stop fetching what will be
     /// dropped anyway.
     pub fn apply_pauses(&mut self, ctl: &dyn PartitionControl) {
@@ -579,6 +666,19 @@ impl Pipeline {
     /// Re-reads stored offsets for lanes whose retry time has come and rewinds the consumer.
     pub fn recover_due(&mut self, ctl: &dyn PartitionControl, now: Instant) {
         self.apply_pauses(ctl);
+        self.mirror(ctl);
+        if now.duration_since(self.last_publish) >= Duration::from_secs(1) {
+            self.last_publish = now;
+            for route in &self.routes {
+                Stats::consumed_from(&route.topic, route.consumed);
+            }
+            // Gauges are refreshed, or they expire (a revoked partition's must).
+            Stats::assigned(self.partitions.len());
+        }
+        if now.duration_since(self.last_epoch_check) >= EPOCH_CHECK_INTERVAL {
+            self.last_epoch_check = now;
+            self.check_epochs();
+        }
         for lane_idx in 0..self.lanes.len() {
             let lane = &self.lanes[lane_idx];
             if lane.in_flight > 0 || lane.retry_at.is_none_or(|t| t > now) {
@@ -614,6 +714,7 @@ impl Pipeline {
             stored.into_iter().map(|s| (s.tp.clone(), s)).collect();
         let mut targets = Vec::new();
         let mut fenced = Vec::new();
+        let mut reclaim = Vec::new();
         for tp in &rewinding {
             let Some(&route) = self.route_index.get(&tp.topic) else {
                 continue;
@@ -635,10 +736,41 @@ impl Pipeline {
                         }
                     }
                 }
+                Some(s) if s.reset_by_operator() => reclaim.push(tp.clone()),
                 _ => {
                     // Claimed by another consumer (or the row was removed): not ours anymore.
                     p.status = Status::Fenced;
                     fenced.push(tp.clone());
+                }
+            }
+        }
+        // An operator moved these positions (`offsets reset`): take them back and continue
+        // from where the operator put them.
+        if !reclaim.is_empty() {
+            match self.runtime.block_on(self.store.claim(&reclaim)) {
+                Ok(claims) => {
+                    for claim in claims {
+                        let Some(&route) = self.route_index.get(&claim.tp.topic) else {
+                            continue;
+                        };
+                        let Some(p) = self.partitions.get_mut(&(route, claim.tp.partition)) else {
+                            continue;
+                        };
+                        p.epoch = claim.epoch;
+                        p.sealed_next = claim.next_offset;
+                        p.cursor = claim.next_offset;
+                        tracing::warn!(tp = %claim.tp, next_offset = ?claim.next_offset, "position reset by an operator: continuing from there");
+                        if let Some(offset) = start_offset(claim.next_offset, self.reset) {
+                            targets.push((claim.tp, offset));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot claim partitions reset by an operator; will retry");
+                    let lane = &mut self.lanes[lane_idx];
+                    lane.failures += 1;
+                    lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
+                    return;
                 }
             }
         }
@@ -780,7 +912,8 @@ impl Pipeline {
             );
             starts.push((claim.tp, offset));
         }
-        Stats::add(&self.stats.rebalances, 1);
+        self.health.set_assigned(self.partitions.len());
+        self.stats.rebalance("assign", self.partitions.len());
         starts
     }
 
@@ -914,7 +1047,8 @@ impl Pipeline {
         for key in &keys {
             self.partitions.remove(key);
         }
-        Stats::add(&self.stats.rebalances, 1);
+        self.health.set_assigned(self.partitions.len());
+        self.stats.rebalance("revoke", self.partitions.len());
     }
 
     /// Every partition currently owned, for a full revoke.
@@ -922,6 +1056,9 @@ impl Pipeline {
         self.partitions.values().map(|p| p.tp.clone()).collect()
     }
 }
+
+/// How often owned partitions are compared with the database for operators' resets.
+const EPOCH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Where a partition starts: its stored offset, else what the reset policy says.
 fn start_offset(stored: Option<i64>, reset: ResetPolicy) -> Option<Offset> {

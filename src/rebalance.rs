@@ -5,7 +5,7 @@
 //! assign races the fetcher (spurious resets, "Erroneous state"), so start positions are only
 //! ever given here.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -13,21 +13,32 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::health::Health;
 use crate::offsets::TopicPartition;
 use crate::pipeline::{PartitionControl, Pipeline};
 use crate::shutdown::Shutdown;
+use crate::watermarks::Watermarks;
 
 /// The consumer's context: owns the pipeline so the callback and the poll loop share it.
 pub struct SinkContext {
     pub pipeline: Mutex<Pipeline>,
     shutdown: Shutdown,
+    watermarks: Arc<Watermarks>,
+    health: Arc<Health>,
 }
 
 impl SinkContext {
-    pub fn new(pipeline: Pipeline, shutdown: Shutdown) -> Self {
+    pub fn new(
+        pipeline: Pipeline,
+        shutdown: Shutdown,
+        watermarks: Arc<Watermarks>,
+        health: Arc<Health>,
+    ) -> Self {
         Self {
             pipeline: Mutex::new(pipeline),
             shutdown,
+            watermarks,
+            health,
         }
     }
 
@@ -52,6 +63,12 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
+    }
+
+    /// librdkafka's statistics carry each fetched partition's watermarks and the brokers'
+    /// states: lag and readiness without extra requests.
+    fn stats(&self, statistics: rdkafka::statistics::Statistics) {
+        self.watermarks.observe(&statistics, &self.health);
     }
 }
 
@@ -165,6 +182,21 @@ impl PartitionControl for BaseConsumer<SinkContext> {
             all.set_partition_offset(&tp.topic, tp.partition, offset)
                 .map_err(|e| e.to_string())?;
             self.assign(&all).map_err(|e| e.to_string())
+        }
+    }
+
+    fn commit_to_kafka(&self, positions: &[(TopicPartition, i64)]) {
+        if positions.is_empty() {
+            return;
+        }
+        let tpl = to_tpl(
+            positions
+                .iter()
+                .map(|(tp, next)| (tp, Some(Offset::Offset(*next)))),
+        );
+        // Advisory: a failure (say, during a rebalance) is logged and the next commit catches up.
+        if let Err(e) = self.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
+            tracing::debug!(error = %e, "mirroring positions to the Kafka group failed");
         }
     }
 

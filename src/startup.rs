@@ -10,6 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
 use crate::config::Settings;
+use crate::health::Health;
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, APPLICATION_NAME};
 use crate::pipeline::{Pipeline, PipelineParts, Route};
@@ -17,8 +18,10 @@ use crate::rebalance::SinkContext;
 use crate::routing::{self, Router};
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::watermarks::Watermarks;
 use crate::writer::{Lane, WriterConfig};
 use crate::{consumer, schema};
+use crate::{http, meters};
 
 /// A small pool for claims, rewinds and startup queries; batches use the writers' own
 /// connections.
@@ -58,6 +61,7 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
         routes.push(Route {
             topic: name.as_str().into(),
             mapper,
+            consumed: 0,
         });
     }
     Ok(routes)
@@ -124,6 +128,25 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     drop(results_tx);
     let stats = Arc::new(Stats::default());
     let summary = stats.clone();
+    let health = Arc::new(Health::default());
+    let watermarks = Arc::new(Watermarks::default());
+    watermarks.spawn_recorder(
+        pool.clone(),
+        settings.kafka.group_id.clone(),
+        settings.kafka.watermark_interval,
+        shutdown.clone(),
+    );
+    if settings.http.enabled {
+        let handle = meters::install(settings.kafka.watermark_interval * 3)?;
+        http::serve(
+            settings.http.listen,
+            handle,
+            health.clone(),
+            pool.clone(),
+            shutdown.clone(),
+        )
+        .await?;
+    }
     stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone());
     let router = Router::new(&settings.topics)?;
     let pipeline = Pipeline::new(PipelineParts {
@@ -138,9 +161,11 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         reset: settings.kafka.auto_offset_reset,
         out_of_range: settings.kafka.offset_out_of_range,
         stats,
+        health: health.clone(),
+        mirror_commits: settings.kafka.mirror_commits,
     });
     let topics = pipeline.subscription();
-    let context = SinkContext::new(pipeline, shutdown.clone());
+    let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);
     let consumer: BaseConsumer<SinkContext> = consumer::client_config(&settings.kafka)
         .create_with_context(context)
         .context("creating the Kafka consumer")?;

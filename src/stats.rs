@@ -1,9 +1,11 @@
-//! Counters for the progress line (and, later, metrics), updated without locks.
+//! What the sink did: counters for the progress and summary lines, and the same events as
+//! Prometheus metrics (names in `meters`). Every event is recorded here and nowhere else.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::meters;
 use crate::shutdown::Shutdown;
 
 /// What the sink has done since it started.
@@ -41,14 +43,56 @@ impl Stats {
         counter.load(Ordering::Relaxed)
     }
 
-    /// Records one committed batch.
-    pub fn committed(
+    /// Records one committed batch: its rows per table and its dead letters.
+    pub fn committed_batch(
         &self,
         records: usize,
         rows: usize,
         transaction: Duration,
         batch_age: Duration,
+        tables: &[(String, usize)],
+        dead_letters: usize,
     ) {
+        self.committed(records, rows, transaction, batch_age);
+        Self::add(&self.dead_letters, dead_letters as u64);
+        metrics::counter!(meters::BATCHES_COMMITTED).increment(1);
+        metrics::histogram!(meters::TRANSACTION_SECONDS).record(transaction.as_secs_f64());
+        metrics::histogram!(meters::RECORD_WAIT_SECONDS).record(batch_age.as_secs_f64());
+        metrics::counter!(meters::DEAD_LETTERS).increment(dead_letters as u64);
+        for (table, n) in tables {
+            metrics::counter!(meters::ROWS_WRITTEN, "table" => table.clone()).increment(*n as u64);
+        }
+    }
+
+    /// A batch that failed and will be rewound and retried.
+    pub fn failed_batch(&self, reason: &'static str) {
+        Self::add(&self.batches_failed, 1);
+        metrics::counter!(meters::BATCH_FAILURES, "reason" => reason).increment(1);
+        if reason == "fenced" {
+            Self::add(&self.fenced, 1);
+            metrics::counter!(meters::FENCED).increment(1);
+        }
+    }
+
+    /// An assignment or a revocation.
+    pub fn rebalance(&self, kind: &'static str, assigned_now: usize) {
+        Self::add(&self.rebalances, 1);
+        metrics::counter!(meters::REBALANCES, "kind" => kind).increment(1);
+        metrics::gauge!(meters::ASSIGNED).set(assigned_now as f64);
+    }
+
+    /// Partitions assigned now.
+    pub fn assigned(partitions: usize) {
+        metrics::gauge!(meters::ASSIGNED).set(partitions as f64);
+    }
+
+    /// Records consumed so far from `topic` (the total, not an increment).
+    pub fn consumed_from(topic: &str, total: u64) {
+        metrics::counter!(meters::RECORDS_CONSUMED, "topic" => topic.to_string()).absolute(total);
+    }
+
+    /// Counters and latency histograms of the progress and summary lines.
+    fn committed(&self, records: usize, rows: usize, transaction: Duration, batch_age: Duration) {
         if let Ok(mut guard) = self.latencies.lock() {
             let l = guard.get_or_insert_with(|| Latencies {
                 // 1 µs to 1 h at 3 significant digits; larger values saturate.

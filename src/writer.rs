@@ -50,6 +50,10 @@ pub struct WriteResult {
     pub batch_age: Duration,
     /// Dead letters written with the batch.
     pub dead_letters: usize,
+    /// Rows per table (rows that became dead letters included).
+    pub tables: Vec<(String, usize)>,
+    /// The positions the batch moved to, when it committed.
+    pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
 
 /// Connection settings shared by every writer.
@@ -150,6 +154,17 @@ async fn run(
             transaction_time: started.elapsed(),
             batch_age: batch.opened_at.elapsed(),
             dead_letters,
+            tables: batch
+                .writes
+                .iter()
+                .map(|w| {
+                    (
+                        w.table.clone(),
+                        w.copies.iter().map(|c| c.ordinals.len()).sum(),
+                    )
+                })
+                .collect(),
+            offsets: batch.offsets.clone(),
         };
         if results.send(result).is_err() {
             break;

@@ -313,7 +313,7 @@ pub async fn sink(
         &config,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
-             [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n\
+             [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
              [[topics]]\nname = \"{}\"\ntable = \"bench_orders\"\nmode = \"{mode}\"\n",
             run.kafka, run.group, run.url, run.writers, run.extra, run.topic
         ),
@@ -494,7 +494,7 @@ pub async fn trickle(
         &config,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{group}\"\n[postgres]\nurl = \"{url}\"\n\
-             [log]\nformat = \"json\"\n[[topics]]\nname = \"{topic}\"\ntable = \"bench_trickle\"\n\
+             [log]\nformat = \"json\"\n[http]\nlisten = \"127.0.0.1:0\"\n[[topics]]\nname = \"{topic}\"\ntable = \"bench_trickle\"\n\
              [topics.metadata]\ntimestamp = \"kafka_ts\"\n",
             env.kafka
         ),

@@ -65,7 +65,7 @@ async fn deleted_history_stops_the_sink_or_is_skipped_and_recorded_by_policy() {
         refused.logs_tail(10)
     );
     assert!(
-        logs.contains("UPDATE kafka_offsets SET next_offset = 150"),
+        logs.contains("offsets reset") && logs.contains("--partition 0 --to-offset 150"),
         "{}",
         refused.logs_tail(10)
     );

@@ -123,6 +123,10 @@ retry_backoff_max = "1s"
 [log]
 progress_interval = "2s"
 
+[http]
+# Many sinks run side by side in the tests: any free port.
+listen = "127.0.0.1:0"
+
 [[topics]]
 name = "{topic}"
 table = "{table}"
@@ -279,6 +283,24 @@ impl Sink {
 
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// The address of the sink's HTTP endpoint, from its log (it binds a free port).
+    pub fn http_address(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let logs = self.logs();
+            if let Some(line) = logs.lines().find(|l| l.contains("serving /metrics")) {
+                let address = line.split("address=").nth(1).expect("address field");
+                return address.split_whitespace().next().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no HTTP endpoint in the log:\n{}",
+                self.logs_tail(20)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn logs(&self) -> String {

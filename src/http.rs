@@ -1,0 +1,90 @@
+//! The HTTP endpoint: `/metrics` for Prometheus, `/health` (the process answers) and `/ready`
+//! (partitions assigned, PostgreSQL and Kafka reachable).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+
+use crate::health::Health;
+use crate::shutdown::Shutdown;
+
+#[derive(Clone)]
+struct AppState {
+    metrics: PrometheusHandle,
+    health: Arc<Health>,
+    pool: PgPool,
+}
+
+/// Binds `listen` and serves until shutdown; returns the address actually bound (port 0
+/// picks a free one).
+pub async fn serve(
+    listen: SocketAddr,
+    metrics: PrometheusHandle,
+    health: Arc<Health>,
+    pool: PgPool,
+    shutdown: Shutdown,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} for /metrics, /health and /ready: {e} (set http.listen, or http.enabled = false)"))?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/ready", get(ready))
+        .with_state(AppState {
+            metrics,
+            health,
+            pool,
+        });
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.triggered().await })
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "the HTTP endpoint stopped");
+        }
+    });
+    tracing::info!(address = %bound, "serving /metrics, /health and /ready");
+    Ok(bound)
+}
+
+async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+/// 200 when ready, 503 with the reasons otherwise.
+async fn ready(State(state): State<AppState>) -> impl IntoResponse {
+    let database = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query("SELECT 1").execute(&state.pool),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    let assigned = state.health.assigned();
+    let kafka = state.health.kafka_up();
+    let ready = database && kafka && assigned > 0;
+    let body = serde_json::json!({
+        "ready": ready,
+        "assigned_partitions": assigned,
+        "database": database,
+        "kafka": kafka,
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}

@@ -1,0 +1,74 @@
+//! Prometheus metrics: their names, in one place, and the recorder that `/metrics` renders.
+
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
+
+pub const RECORDS_CONSUMED: &str = "kafka_pg_sink_records_consumed_total";
+pub const ROWS_WRITTEN: &str = "kafka_pg_sink_rows_written_total";
+pub const BATCHES_COMMITTED: &str = "kafka_pg_sink_batches_committed_total";
+pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
+pub const FENCED: &str = "kafka_pg_sink_fenced_commits_total";
+pub const DEAD_LETTERS: &str = "kafka_pg_sink_dead_letters_total";
+pub const REBALANCES: &str = "kafka_pg_sink_rebalances_total";
+pub const TRANSACTION_SECONDS: &str = "kafka_pg_sink_transaction_seconds";
+pub const RECORD_WAIT_SECONDS: &str = "kafka_pg_sink_record_wait_seconds";
+pub const LAG: &str = "kafka_pg_sink_lag";
+pub const HIGH_WATERMARK: &str = "kafka_pg_sink_high_watermark";
+pub const NEXT_OFFSET: &str = "kafka_pg_sink_next_offset";
+pub const ASSIGNED: &str = "kafka_pg_sink_assigned_partitions";
+
+/// Installs the global recorder. Gauges of partitions not observed for `idle` disappear, so a
+/// revoked partition's lag does not linger.
+pub fn install(idle: Duration) -> anyhow::Result<PrometheusHandle> {
+    let buckets = [
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)?
+        .idle_timeout(MetricKindMask::GAUGE, Some(idle))
+        .install_recorder()?;
+    describe();
+    Ok(handle)
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(RECORDS_CONSUMED, "Records taken from Kafka, by topic");
+    describe_counter!(
+        ROWS_WRITTEN,
+        "Rows committed (inserted, upserted or deleted), by table"
+    );
+    describe_counter!(BATCHES_COMMITTED, "Batch transactions committed");
+    describe_counter!(
+        BATCH_FAILURES,
+        "Batch transactions that failed and were retried after a rewind, by reason"
+    );
+    describe_counter!(
+        FENCED,
+        "Batches refused by the offset fence (another owner, or a moved position)"
+    );
+    describe_counter!(DEAD_LETTERS, "Records written to kafka_dead_letters");
+    describe_counter!(REBALANCES, "Partition assignments and revocations handled");
+    describe_histogram!(
+        TRANSACTION_SECONDS,
+        Unit::Seconds,
+        "BEGIN to COMMIT of a batch"
+    );
+    describe_histogram!(
+        RECORD_WAIT_SECONDS,
+        Unit::Seconds,
+        "A batch's first record buffered to COMMIT"
+    );
+    describe_gauge!(
+        LAG,
+        "Records in Kafka after the stored position, by partition"
+    );
+    describe_gauge!(
+        HIGH_WATERMARK,
+        "The partition's high watermark, as last observed"
+    );
+    describe_gauge!(NEXT_OFFSET, "The stored next offset");
+    describe_gauge!(ASSIGNED, "Partitions assigned to this sink");
+}
