@@ -100,7 +100,6 @@ impl TableWrite {
 /// What one transaction writes; built by the consumer thread, consumed by a writer.
 pub struct Batch {
     pub id: u64,
-    pub lane: usize,
     pub offsets: Vec<OffsetAdvance>,
     pub writes: Vec<TableWrite>,
     /// Records that could not be mapped, kept as dead letters in this transaction.
@@ -109,22 +108,7 @@ pub struct Batch {
     pub records: usize,
     /// Rows copied (upserted or inserted) and keys deleted.
     pub rows: usize,
-    pub bytes: usize,
     pub opened_at: Instant,
-}
-
-impl Batch {
-    /// Where the batch starts and ends in each partition, for log lines.
-    pub fn describe(&self) -> String {
-        self.offsets
-            .iter()
-            .map(|a| match a.expected {
-                Some(from) => format!("{}@{}..{}", a.tp, from, a.next),
-                None => format!("{}@..{}", a.tp, a.next),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 /// The batch a writer lane is filling.
@@ -176,7 +160,7 @@ impl OpenBatch {
     }
 
     /// Turns the open batch into a sealed one and starts over.
-    pub fn seal(&mut self, id: u64, lane: usize, offsets: Vec<OffsetAdvance>) -> Batch {
+    pub fn seal(&mut self, id: u64, offsets: Vec<OffsetAdvance>) -> Batch {
         let open = std::mem::take(self);
         let mut writes = Vec::new();
         let mut rows = 0;
@@ -188,13 +172,11 @@ impl OpenBatch {
         }
         Batch {
             id,
-            lane,
             offsets,
             writes,
             dead_letters: open.dead_letters,
             records: open.records,
             rows,
-            bytes: open.bytes,
             opened_at: open.opened_at.unwrap_or_else(Instant::now),
         }
     }

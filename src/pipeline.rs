@@ -424,9 +424,7 @@ impl Pipeline {
             p.sealed_next = Some(last + 1);
         }
         self.next_batch_id += 1;
-        let batch = self.lanes[lane_idx]
-            .open
-            .seal(self.next_batch_id, lane_idx, advances);
+        let batch = self.lanes[lane_idx].open.seal(self.next_batch_id, advances);
         while self.lanes[lane_idx].in_flight >= self.limits.max_in_flight {
             if !self.wait_for_result() {
                 return;
@@ -540,19 +538,19 @@ impl Pipeline {
             }
             Outcome::Fenced { matched, expected } => {
                 self.stats.failed_batch("fenced");
-                tracing::warn!(lane = lane_idx, batch = result.batch_id, matched, expected, "batch fenced: a partition changed owner or position; re-reading stored offsets");
+                tracing::warn!(lane = lane_idx, batch = %describe(&result.offsets), matched, expected, "batch fenced: a partition changed owner or position; re-reading stored offsets");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Transient(reason) => {
                 self.stats.failed_batch("transient");
-                tracing::warn!(lane = lane_idx, batch = result.batch_id, error = %reason, "batch transaction failed; nothing of it counts as written, rewinding to the stored offsets");
+                tracing::warn!(lane = lane_idx, batch = %describe(&result.offsets), error = %reason, "batch transaction failed; nothing of it counts as written, rewinding to the stored offsets");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Permanent(reason) => {
                 self.stats.failed_batch("rejected");
                 self.begin_rewind(lane_idx);
                 self.set_fatal(Fatal::Rejected {
-                    batch: format!("lane {lane_idx}, batch {}", result.batch_id),
+                    batch: describe(&result.offsets),
                     reason,
                 });
             }
@@ -1055,6 +1053,18 @@ impl Pipeline {
     pub fn owned(&self) -> Vec<TopicPartition> {
         self.partitions.values().map(|p| p.tp.clone()).collect()
     }
+}
+
+/// A batch's ranges for messages: `orders/0@100..350, orders/3@..20`.
+fn describe(offsets: &[OffsetAdvance]) -> String {
+    offsets
+        .iter()
+        .map(|a| match a.expected {
+            Some(from) => format!("{}@{}..{}", a.tp, from, a.next),
+            None => format!("{}@..{}", a.tp, a.next),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How often owned partitions are compared with the database for operators' resets.

@@ -48,10 +48,6 @@ impl Router {
             .collect()
     }
 
-    pub fn has_patterns(&self) -> bool {
-        !self.patterns.is_empty()
-    }
-
     /// The settings that apply to `topic`, if any.
     pub fn settings_for(&self, topic: &str) -> Option<&TopicSettings> {
         if let Some(&i) = self.named.get(topic) {
@@ -61,11 +57,6 @@ impl Router {
             .iter()
             .find(|(re, _)| re.is_match(topic))
             .map(|(_, i)| &self.settings[*i])
-    }
-
-    /// Every configured entry.
-    pub fn settings(&self) -> &[TopicSettings] {
-        &self.settings
     }
 }
 

@@ -144,17 +144,6 @@ impl Stats {
         );
     }
 
-    /// p50 and p99 of transaction times in milliseconds, if any batch committed.
-    pub fn commit_percentiles(&self) -> Option<(f64, f64)> {
-        let guard = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().map(|l| {
-            (
-                l.transaction.value_at_quantile(0.5) as f64 / 1000.0,
-                l.transaction.value_at_quantile(0.99) as f64 / 1000.0,
-            )
-        })
-    }
-
     /// Logs a line every `interval` with rates since the previous line, until shutdown.
     pub fn spawn_progress_log(self: &Arc<Self>, interval: Duration, shutdown: Shutdown) {
         let stats = self.clone();
@@ -197,6 +186,19 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Stats {
+        /// p50 and p99 of transaction times in milliseconds, if any batch committed.
+        pub fn commit_percentiles(&self) -> Option<(f64, f64)> {
+            let guard = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+            guard.as_ref().map(|l| {
+                (
+                    l.transaction.value_at_quantile(0.5) as f64 / 1000.0,
+                    l.transaction.value_at_quantile(0.99) as f64 / 1000.0,
+                )
+            })
+        }
+    }
 
     #[test]
     fn percentiles_reflect_what_was_recorded() {
