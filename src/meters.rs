@@ -30,6 +30,16 @@ pub fn install(idle: Duration) -> anyhow::Result<PrometheusHandle> {
         .idle_timeout(MetricKindMask::GAUGE, Some(idle))
         .install_recorder()?;
     describe();
+    // Counters exist from the start, so the first failure shows in a rate too.
+    for reason in ["transient", "fenced", "rejected"] {
+        metrics::counter!(BATCH_FAILURES, "reason" => reason).absolute(0);
+    }
+    for kind in ["assign", "revoke"] {
+        metrics::counter!(REBALANCES, "kind" => kind).absolute(0);
+    }
+    metrics::counter!(FENCED).absolute(0);
+    metrics::counter!(DEAD_LETTERS).absolute(0);
+    metrics::counter!(BATCHES_COMMITTED).absolute(0);
     Ok(handle)
 }
 
