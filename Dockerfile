@@ -10,12 +10,12 @@
 ############################# build #############################
 FROM rust:1-bookworm AS build
 
-# rdkafka-sys compiles librdkafka from its bundled source with ./configure and make (no
-# cmake with rdkafka's default features): that needs a C and a C++ compiler, make, and
-# zlib's headers, which is rdkafka's only default native dependency (no TLS, no SASL).
-# The rust image ships all of them; naming them keeps this stage honest if it ever changes.
+# rdkafka-sys compiles librdkafka from its bundled source with ./configure and make: that
+# needs a C and a C++ compiler, make, zlib's headers, and OpenSSL's (the sink enables
+# rdkafka's `ssl` feature for SSL and SCRAM; zstd is built from source). sqlx's rustls
+# (ring) needs the C compiler too. Naming them keeps this stage honest.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential pkg-config zlib1g-dev \
+    && apt-get install -y --no-install-recommends build-essential pkg-config zlib1g-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -49,10 +49,11 @@ RUN rm -rf target/release/.fingerprint/kafka-pg-sink-* \
 FROM debian:bookworm-slim
 
 # Same Debian release as the build stage, so the glibc the binary was linked against is
-# there. librdkafka is linked statically; its zlib (libz.so.1) is part of the base image.
-# ca-certificates: for TLS endpoints once the sink is built with TLS support.
+# there. librdkafka is linked statically; its zlib (libz.so.1) is part of the base image and
+# OpenSSL (libssl3) is installed for it. ca-certificates: the system roots PostgreSQL TLS
+# trusts (besides sslrootcert), and a default for Kafka SSL.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
     && rm -rf /var/lib/apt/lists/*
 
 # A fixed numeric id, so orchestrators that insist on non-root (runAsNonRoot) can verify it.
