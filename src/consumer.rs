@@ -108,7 +108,7 @@ pub fn run(
         let wait = {
             let mut pipeline = ctx.pipeline();
             pipeline.poll_results();
-            pipeline.recover_due(&consumer, now);
+            pipeline.tick(&consumer, now);
             let next = pipeline.flush_due(now);
             if pipeline.has_fatal() {
                 break;

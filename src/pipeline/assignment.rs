@@ -1,0 +1,126 @@
+//! Rebalances: partitions claimed in PostgreSQL when assigned, finished when revoked.
+
+use rdkafka::Offset;
+
+use super::{backoff, start_offset, Fatal, PartitionControl, PartitionState, Pipeline, Status};
+use crate::offsets::TopicPartition;
+
+impl Pipeline {
+    /// Claims newly assigned partitions and returns where each must start. Blocks (retrying
+    /// with backoff) while PostgreSQL is unreachable: a partition must not start anywhere but
+    /// at its stored offset.
+    pub fn assign(
+        &mut self,
+        ctl: &dyn PartitionControl,
+        tps: &[TopicPartition],
+        stop: &dyn Fn() -> bool,
+    ) -> Vec<(TopicPartition, Offset)> {
+        let mut routed = Vec::with_capacity(tps.len());
+        for tp in tps {
+            match self.route_for(&tp.topic) {
+                Ok(_) => routed.push(tp.clone()),
+                // Unroutable partitions are not started; the sink stops with the reason.
+                Err(fatal) => self.set_fatal(fatal),
+            }
+        }
+        let tps = routed;
+        if tps.is_empty() {
+            return Vec::new();
+        }
+        // An eager protocol may hand back a partition this consumer still holds: finish it first.
+        let held: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| {
+                self.partitions
+                    .contains_key(&(self.route_index[&tp.topic], tp.partition))
+            })
+            .cloned()
+            .collect();
+        if !held.is_empty() {
+            self.revoke(&held);
+        }
+        let mut attempt = 0;
+        let claims = loop {
+            match self.runtime.block_on(self.store.claim(&tps)) {
+                Ok(claims) => break claims,
+                Err(e) => {
+                    attempt += 1;
+                    if stop() {
+                        return Vec::new();
+                    }
+                    let delay = backoff(&self.limits, attempt);
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot claim assigned partitions in PostgreSQL; retrying");
+                    std::thread::sleep(delay);
+                }
+            }
+        };
+        let mut starts = Vec::with_capacity(claims.len());
+        for mut claim in claims {
+            // A stored position outside the partition's range would make librdkafka jump.
+            if let Some(stored) = claim.next_offset {
+                match self.check_range(ctl, &claim.tp, claim.epoch, stored) {
+                    Ok(next) => claim.next_offset = Some(next),
+                    Err(fatal) => {
+                        self.set_fatal(fatal);
+                        continue;
+                    }
+                }
+            }
+            let route = self.route_index[&claim.tp.topic];
+            let lane = self.lane_of(route, claim.tp.partition);
+            let (status, offset) = match start_offset(claim.next_offset, self.reset) {
+                Some(offset) => (Status::Active, offset),
+                None => {
+                    self.set_fatal(Fatal::NoStoredOffset {
+                        tp: claim.tp.clone(),
+                    });
+                    (Status::Fenced, Offset::End)
+                }
+            };
+            tracing::debug!(tp = %claim.tp, epoch = claim.epoch, next_offset = ?claim.next_offset, "claimed");
+            self.partitions.insert(
+                (route, claim.tp.partition),
+                PartitionState {
+                    tp: claim.tp.clone(),
+                    lane,
+                    epoch: claim.epoch,
+                    status,
+                    sealed_next: claim.next_offset,
+                    cursor: claim.next_offset,
+                    open_last: None,
+                },
+            );
+            starts.push((claim.tp, offset));
+        }
+        self.health.set_assigned(self.partitions.len());
+        self.stats.rebalance("assign", self.partitions.len());
+        starts
+    }
+
+    /// Gives partitions up: what is buffered for them is committed (or fails) before this
+    /// returns, and nothing is written for them afterwards.
+    pub fn revoke(&mut self, tps: &[TopicPartition]) {
+        let keys: Vec<(usize, i32)> = tps
+            .iter()
+            .filter_map(|tp| self.route_index.get(&tp.topic).map(|&r| (r, tp.partition)))
+            .filter(|k| self.partitions.contains_key(k))
+            .collect();
+        let mut lanes: Vec<usize> = keys.iter().map(|k| self.partitions[k].lane).collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        for &lane in &lanes {
+            self.seal_and_send(lane);
+        }
+        self.wait_until(|i| lanes.contains(&i));
+        for key in &keys {
+            self.partitions.remove(key);
+        }
+        self.health.set_assigned(self.partitions.len());
+        self.stats.rebalance("revoke", self.partitions.len());
+    }
+
+    /// Every partition currently owned, for a full revoke.
+    pub fn owned(&self) -> Vec<TopicPartition> {
+        self.partitions.values().map(|p| p.tp.clone()).collect()
+    }
+}
