@@ -124,6 +124,7 @@ pub struct OpenBatch {
 }
 
 impl OpenBatch {
+    /// Counts records, not rows: a batch holding only dead letters still has offsets to commit.
     pub fn is_empty(&self) -> bool {
         self.records == 0
     }
@@ -315,6 +316,8 @@ struct Staging {
 }
 
 impl Staging {
+    /// Named by the table's oid: short and unique whatever the schema and table names, and
+    /// shared by every topic that writes the table.
     fn of(table: &Table) -> Self {
         Self {
             upserts: format!(
@@ -350,6 +353,7 @@ impl Staging {
     }
 }
 
+/// Binary format: the rows are already encoded as COPY reads them.
 fn copy_statement(target: &str, columns: &[String]) -> String {
     format!(
         "COPY {target} ({}) FROM STDIN (FORMAT binary)",

@@ -1,14 +1,18 @@
 //! `kafka-pg-sink check`: everything `run` would verify, reported at once, without consuming.
 
 use std::fmt::Write as _;
-use std::time::Duration;
-
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::ClientContext;
+use secrecy::ExposeSecret;
+
+use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
+use crate::mapping::TopicMapper;
+use crate::{consumer, migrate, schema, startup};
 
 /// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
 /// metadata request can say why, not only that it failed.
@@ -18,6 +22,8 @@ struct CheckContext {
 }
 
 impl CheckContext {
+    /// Distinct reasons, two at most: librdkafka repeats itself on every retry, and the message
+    /// should stay one line.
     fn remember(&self, reason: String) {
         let mut reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
         if !reasons.contains(&reason) && reasons.len() < 2 {
@@ -34,6 +40,7 @@ impl CheckContext {
         self.why()
     }
 
+    /// The reasons gathered so far; `why_for` polls first so that none are still queued.
     fn why(&self) -> String {
         let reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
         if reasons.is_empty() {
@@ -59,11 +66,6 @@ impl ClientContext for CheckContext {
 }
 
 impl ConsumerContext for CheckContext {}
-use secrecy::ExposeSecret;
-
-use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
-use crate::mapping::TopicMapper;
-use crate::{consumer, migrate, schema, startup};
 
 /// Prints what was found; returns an error listing every problem.
 pub async fn run(settings: &Settings) -> anyhow::Result<()> {

@@ -104,6 +104,8 @@ pub struct ResetTarget {
 }
 
 impl ResetTarget {
+    /// Parsed before any connection is made, so a bad `--to-timestamp` fails having touched
+    /// nothing.
     pub fn target(&self) -> anyhow::Result<crate::offsets_cmd::Target> {
         use crate::offsets_cmd::Target;
         Ok(match (&self.to, self.to_offset, &self.to_timestamp) {
@@ -158,6 +160,7 @@ pub struct SelectionArgs {
 }
 
 impl SelectionArgs {
+    /// Keeps clap types out of `dead_letter_cmd`.
     pub fn selection(&self) -> crate::dead_letter_cmd::Selection {
         crate::dead_letter_cmd::Selection {
             topic: self.topic.clone(),
@@ -168,6 +171,7 @@ impl SelectionArgs {
 }
 
 impl Cli {
+    /// Just the setting overrides: `Settings` loads them the same way for every subcommand.
     pub fn overrides(&self) -> Overrides {
         Overrides {
             bootstrap_servers: self.bootstrap_servers.clone(),

@@ -379,63 +379,86 @@ pub struct MetadataColumns {
     pub headers: Option<String>,
 }
 
+// Serde defaults; README's settings tables list each with its meaning.
+
+/// Also the `consumer_group` key of `kafka_offsets`: another name has no stored positions.
 fn default_group_id() -> String {
     "kafka-pg-sink".into()
 }
+/// Skipping or re-reading records is a person's decision: stop and say how to continue.
 fn default_out_of_range() -> ResetPolicy {
     ResetPolicy::Fail
 }
+/// librdkafka's own default; only the classic protocol uses it.
 fn default_session_timeout() -> Duration {
     Duration::from_secs(45)
 }
+/// Measured best with two cores shared by Kafka, PostgreSQL and the sink (README).
 fn default_writers() -> usize {
     2
 }
+/// Per attempt, so an unreachable server fails the attempt instead of hanging it.
 fn default_connect_timeout() -> Duration {
     Duration::from_secs(10)
 }
+/// A stuck statement fails its transaction, which is then retried like any transient error.
 fn default_statement_timeout() -> Duration {
     Duration::from_secs(60)
 }
+/// Short: a claim should not wait long on a stopped owner's row locks before ending its session.
 fn default_lock_timeout() -> Duration {
     Duration::from_secs(5)
 }
+/// A second, server-side bound on a writer transaction whose client stopped.
 fn default_idle_in_transaction_timeout() -> Duration {
     Duration::from_secs(60)
 }
+/// With `max_bytes`, bounds a writer's open batch, so memory does not grow with the backlog.
 fn default_max_records() -> usize {
     10_000
 }
+/// Payload bytes; with `max_records`, bounds a writer's open batch.
 fn default_max_bytes() -> ByteSize {
     ByteSize::mib(8)
 }
+/// The latency bound when records trickle in: the longest a record waits for its commit.
 fn default_max_wait() -> Duration {
     Duration::from_millis(250)
 }
+/// Lets the consumer fill the next batch while the writer commits one.
 fn default_max_in_flight() -> usize {
     2
 }
+/// The first retry comes quickly; backoff doubles from here.
 fn default_retry_min() -> Duration {
     Duration::from_millis(100)
 }
+/// The cap, so the sink resumes within half a minute of an outage ending.
 fn default_retry_max() -> Duration {
     Duration::from_secs(30)
 }
+/// Often enough to see progress, rarely enough not to flood the log.
 fn default_progress_interval() -> Duration {
     Duration::from_secs(10)
 }
+/// PostgreSQL's own default schema.
 fn default_schema() -> String {
     "public".into()
 }
+/// Loopback only: metrics are not exposed unless asked for (`0.0.0.0:9464` in containers).
 fn default_listen() -> std::net::SocketAddr {
     ([127, 0, 0, 1], 9464).into()
 }
+/// Also librdkafka's statistics interval: `kafka_lag` and `/ready`'s view of Kafka are about
+/// this stale.
 fn default_watermark_interval() -> Duration {
     Duration::from_secs(5)
 }
+/// For settings that are on unless turned off (`http.enabled`, `map_by_name`).
 fn default_true() -> bool {
     true
 }
+/// Larger records are refused before decoding, bounding what one record can cost.
 fn default_max_record_bytes() -> ByteSize {
     ByteSize::mib(16)
 }

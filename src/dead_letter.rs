@@ -27,6 +27,8 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The name stored in `error_kind` and the `kps.error.kind` header; README lists these, so
+    /// they are part of the interface.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Decode => "decode",
@@ -36,6 +38,8 @@ impl ErrorKind {
         }
     }
 
+    /// `decode` when the record as a whole is unusable, `mapping` when one of its values is
+    /// (README's table of kinds).
     pub fn of(e: &MapError) -> Self {
         match e {
             MapError::Tombstone
@@ -61,6 +65,7 @@ pub struct OwnedRecord {
 }
 
 impl OwnedRecord {
+    /// Copies out of the consumer's buffer: a dead letter outlives the message it came from.
     pub fn from_view(r: &RecordView<'_>) -> Self {
         Self {
             partition: r.partition,
@@ -121,6 +126,7 @@ pub struct DeadLetter {
     pub produce_to: Option<Arc<str>>,
 }
 
+/// One statement for all of a batch's dead letters: arrays unnested, not a row per round trip.
 const INSERT_SQL: &str = "
 INSERT INTO kafka_dead_letters
        (consumer_group, topic, partition, \"offset\", record_timestamp, key, value, headers,

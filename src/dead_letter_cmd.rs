@@ -37,6 +37,8 @@ struct Stored {
     failed_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// Oldest first, so a replay retries records in the order they failed; `record_timestamp` back
+/// to epoch milliseconds, as Kafka gives it.
 const SELECT_SQL: &str = "
 SELECT id, topic, partition, \"offset\", (extract(epoch FROM record_timestamp) * 1000)::int8,
        key, value, headers, error_kind, error_message, failed_at
@@ -47,6 +49,7 @@ SELECT id, topic, partition, \"offset\", (extract(epoch FROM record_timestamp) *
  ORDER BY id
  LIMIT $4";
 
+/// Shared by `list` and `replay`, so a replay acts on exactly what `list` shows.
 async fn load(pool: &PgPool, group: &str, sel: &Selection) -> anyhow::Result<Vec<Stored>> {
     let rows = sqlx::query(SELECT_SQL)
         .bind(group)

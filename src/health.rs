@@ -12,14 +12,17 @@ pub struct Health {
 }
 
 impl Health {
+    /// Relaxed, like every field here: readiness is advisory and orders nothing else.
     pub fn set_assigned(&self, partitions: usize) {
         self.assigned.store(partitions, Ordering::Relaxed);
     }
 
+    /// `/ready` wants at least one: a member without partitions is not doing the sink's work.
     pub fn assigned(&self) -> usize {
         self.assigned.load(Ordering::Relaxed)
     }
 
+    /// Set from librdkafka's statistics callback and read by `/ready` on another thread.
     pub fn set_kafka_up(&self, up: bool) {
         self.kafka_up.store(up, Ordering::Relaxed);
         self.kafka_known.store(true, Ordering::Relaxed);

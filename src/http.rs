@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use crate::health::Health;
 use crate::shutdown::Shutdown;
 
+/// What the handlers read; cheap to clone, as axum clones it per request.
 #[derive(Clone)]
 struct AppState {
     metrics: PrometheusHandle,
@@ -57,6 +58,7 @@ pub async fn serve(
     Ok(bound)
 }
 
+/// The Prometheus text format's content type, so scrapers need not guess.
 async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [("content-type", "text/plain; version=0.0.4")],

@@ -129,6 +129,8 @@ pub async fn run(settings: &Settings, json: bool, max_lag: Option<i64>) -> anyho
     Ok(())
 }
 
+/// For people; `--format json` is for programs. Per-topic totals rely on `report` listing
+/// partitions grouped by topic.
 fn table(r: &LagReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "consumer group {:?}", r.consumer_group);

@@ -8,6 +8,8 @@ use kafka_pg_sink::config::Settings;
 use kafka_pg_sink::shutdown::Shutdown;
 use kafka_pg_sink::{check, dead_letter_cmd, lag_cmd, migrate, offsets_cmd, startup, telemetry};
 
+/// Logging starts before settings load, so even a configuration error is logged in the chosen
+/// format; a failed command ends as one error line and exit code 1.
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(Settings::peek_log_format(
@@ -33,6 +35,8 @@ fn main() -> ExitCode {
     }
 }
 
+/// Each command loads only what it needs: `migrate` reads just the database URL, so it runs
+/// before the topics are configured.
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let overrides = cli.overrides();
     let file = cli.config.as_deref();

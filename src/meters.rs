@@ -5,18 +5,33 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 
+// Names are an interface: dashboards and alerts use them (README's metric table).
+
+/// Records taken from Kafka, by topic: the input side of throughput.
 pub const RECORDS_CONSUMED: &str = "kafka_pg_sink_records_consumed_total";
+/// Rows committed, by table: the output side; deletes count too.
 pub const ROWS_WRITTEN: &str = "kafka_pg_sink_rows_written_total";
+/// Batch transactions committed; with the failures, the commit success rate.
 pub const BATCHES_COMMITTED: &str = "kafka_pg_sink_batches_committed_total";
+/// Failed transactions by reason: `transient` and `fenced` heal; `rejected` needs a person.
 pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
+/// Commits the offset fence refused: another owner, or a position moved by `offsets reset`.
 pub const FENCED: &str = "kafka_pg_sink_fenced_commits_total";
+/// Records kept in `kafka_dead_letters`; any increase means data to look at.
 pub const DEAD_LETTERS: &str = "kafka_pg_sink_dead_letters_total";
+/// Assignments and revocations handled; a steady rate points at an unstable group.
 pub const REBALANCES: &str = "kafka_pg_sink_rebalances_total";
+/// BEGIN to COMMIT: what PostgreSQL costs per batch.
 pub const TRANSACTION_SECONDS: &str = "kafka_pg_sink_transaction_seconds";
+/// A batch's first record buffered to COMMIT: the latency a record sees.
 pub const RECORD_WAIT_SECONDS: &str = "kafka_pg_sink_record_wait_seconds";
+/// Records after the stored position; Kafka's own lag tools cannot see PostgreSQL's positions.
 pub const LAG: &str = "kafka_pg_sink_lag";
+/// One end of `LAG`, so a stalled sink is told from a quiet topic.
 pub const HIGH_WATERMARK: &str = "kafka_pg_sink_high_watermark";
+/// The other end of `LAG`: the stored position.
 pub const NEXT_OFFSET: &str = "kafka_pg_sink_next_offset";
+/// Partitions this process owns; `/ready` also wants at least one.
 pub const ASSIGNED: &str = "kafka_pg_sink_assigned_partitions";
 
 /// Installs the global recorder. Gauges of partitions not observed for `idle` disappear, so a
@@ -43,6 +58,7 @@ pub fn install(idle: Duration) -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
+/// HELP text, so `/metrics` explains itself without the README.
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(RECORDS_CONSUMED, "Records taken from Kafka, by topic");

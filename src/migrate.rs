@@ -46,6 +46,7 @@ impl AsyncTransaction for SqlxDriver {
 
 #[async_trait]
 impl AsyncQuery<Vec<Migration>> for SqlxDriver {
+    /// refinery keeps `applied_on` and `checksum` as text in its history table; parsed back here.
     async fn query(&mut self, query: &str) -> Result<Vec<Migration>, Self::Error> {
         let rows = (&mut self.0).fetch_all(query).await?;
         rows.iter()
@@ -71,6 +72,7 @@ impl AsyncQuery<Vec<Migration>> for SqlxDriver {
 
 impl AsyncMigrate for SqlxDriver {}
 
+/// A history row refinery cannot read fails like any sqlx decode error, naming the column.
 fn decode_error(index: usize, e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
     sqlx::Error::ColumnDecode {
         index: index.to_string(),

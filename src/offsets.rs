@@ -18,6 +18,8 @@ pub struct TopicPartition {
 }
 
 impl TopicPartition {
+    /// Takes a `&str` from librdkafka or an `Arc` already shared, so callers on the hot path can
+    /// avoid a copy.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
         Self {
             topic: topic.into(),
@@ -26,12 +28,14 @@ impl TopicPartition {
     }
 }
 
+/// `topic/partition`, the form logs and error messages use.
 impl fmt::Debug for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.topic, self.partition)
     }
 }
 
+/// The same form, for `%tp` in tracing fields.
 impl fmt::Display for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
@@ -93,6 +97,8 @@ fn unnest_args(tps: &[TopicPartition]) -> (Vec<String>, Vec<i32>) {
         .unzip()
 }
 
+/// Insert-or-bump in one statement: a partition seen for the first time gets epoch 1, any other
+/// a new epoch that fences whoever held it.
 const CLAIM_SQL: &str = "
 INSERT INTO kafka_offsets AS o (consumer_group, topic, partition, owner_epoch, owner_id, claimed_at)
 SELECT $1, v.topic, v.partition, 1, $4, now()
@@ -101,6 +107,7 @@ ON CONFLICT (consumer_group, topic, partition) DO UPDATE
    SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now()
 RETURNING topic, partition, next_offset, owner_epoch, owner_id";
 
+/// Reads without claiming: the epoch is left as it is, so a rewind keeps ownership.
 const READ_SQL: &str = "
 SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id
   FROM kafka_offsets o
@@ -141,6 +148,7 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// The application name every sink session uses; fencing only ever ends sessions with it.
 pub const APPLICATION_NAME: &str = "kafka-pg-sink";
 
+/// Shared by `claim` and `read`, whose statements return the same columns.
 fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>, sqlx::Error> {
     rows.into_iter()
         .map(|row| {
@@ -155,6 +163,7 @@ fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>
 }
 
 impl OffsetStore {
+    /// `owner_id` names this process in `kafka_offsets`, so an operator can see who holds what.
     pub fn new(pool: PgPool, group: String, owner_id: String, lock_timeout: Duration) -> Self {
         Self {
             pool,
@@ -164,6 +173,7 @@ impl OffsetStore {
         }
     }
 
+    /// For messages that tell the operator which rows to fix (`consumer_group = …`).
     pub fn group(&self) -> &str {
         &self.group
     }

@@ -17,6 +17,7 @@ pub struct CopyBuffer {
     row_starts: Vec<usize>,
 }
 
+/// Same as `new`: a buffer is never without its header.
 impl Default for CopyBuffer {
     fn default() -> Self {
         Self::new()
@@ -24,6 +25,7 @@ impl Default for CopyBuffer {
 }
 
 impl CopyBuffer {
+    /// The header goes in first, so `finish` only appends; 64 KiB spares the first reallocations.
     pub fn new() -> Self {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         buf.put_slice(HEADER);
@@ -33,14 +35,17 @@ impl CopyBuffer {
         }
     }
 
+    /// Completed rows only: a row begun and undone does not count.
     pub fn rows(&self) -> usize {
         self.row_starts.len()
     }
 
+    /// Encoded bytes, header included: what the COPY would send.
     pub fn len(&self) -> usize {
         self.buf.len()
     }
 
+    /// By rows, not bytes: a buffer holding only the header is not worth a COPY.
     pub fn is_empty(&self) -> bool {
         self.row_starts.is_empty()
     }
@@ -67,6 +72,7 @@ impl CopyBuffer {
         self.buf.truncate(mark.0);
     }
 
+    /// NULL is a length of -1 and no bytes, so it needs no `field` closure.
     pub fn null(&mut self) {
         self.buf.put_i32(-1);
     }
@@ -114,6 +120,7 @@ pub struct CopyData {
 }
 
 impl CopyData {
+    /// The bound for `subset`, which splits a rejected batch into smaller COPYs.
     pub fn rows(&self) -> usize {
         self.row_starts.len()
     }

@@ -28,6 +28,8 @@ pub struct SinkContext {
 }
 
 impl SinkContext {
+    /// The mutex is there because librdkafka calls the context through `&self`; only the
+    /// polling thread ever takes it.
     pub fn new(
         pipeline: Pipeline,
         shutdown: Shutdown,
@@ -49,6 +51,7 @@ impl SinkContext {
 }
 
 impl ClientContext for SinkContext {
+    /// Through tracing at matching levels, so `RUST_LOG` and the JSON format cover librdkafka too.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
         use rdkafka::config::RDKafkaLogLevel::*;
         match level {
@@ -72,6 +75,7 @@ impl ClientContext for SinkContext {
     }
 }
 
+/// Owned copies: the list belongs to librdkafka and lives only as long as the callback.
 fn to_vec(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
     tpl.elements()
         .iter()
@@ -79,6 +83,7 @@ fn to_vec(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
         .collect()
 }
 
+/// `None` adds a partition without an offset, as pause and resume take them.
 fn to_tpl<'a>(
     items: impl IntoIterator<Item = (&'a TopicPartition, Option<Offset>)>,
 ) -> TopicPartitionList {
@@ -161,6 +166,7 @@ impl ConsumerContext for SinkContext {
     }
 }
 
+/// `earliest` and `latest`, the configuration's words, rather than rdkafka's `Beginning`/`End`.
 fn show_offset(o: Offset) -> String {
     match o {
         Offset::Offset(n) => n.to_string(),

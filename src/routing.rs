@@ -18,6 +18,7 @@ pub struct Router {
 }
 
 impl Router {
+    /// Compiles every pattern up front, so a bad one fails at startup, not at the first new topic.
     pub fn new(topics: &[TopicSettings]) -> Result<Self, regex::Error> {
         let mut named = HashMap::new();
         let mut patterns = Vec::new();
@@ -78,6 +79,8 @@ pub fn table_name(settings: &TopicSettings, topic: &str) -> String {
     truncate(name)
 }
 
+/// `snake` gives the usual table name (`Orders.v1-eu` → `orders_v1_eu`), one that hand-written
+/// SQL can use unquoted.
 fn sanitize(topic: &str, how: Sanitize) -> String {
     match how {
         Sanitize::None => topic.to_string(),
@@ -94,6 +97,8 @@ fn sanitize(topic: &str, how: Sanitize) -> String {
     }
 }
 
+/// Cut as PostgreSQL cuts identifiers, on a character boundary, so the lookup finds the table
+/// its `CREATE TABLE` made.
 fn truncate(mut name: String) -> String {
     if name.len() > MAX_IDENTIFIER_BYTES {
         let mut end = MAX_IDENTIFIER_BYTES;

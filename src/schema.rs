@@ -86,6 +86,8 @@ impl Table {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 
+    /// Exact, case-sensitive: configuration names columns as PostgreSQL stores them. The
+    /// index comes along because rows and sources are kept by position.
     pub fn column(&self, name: &str) -> Option<(usize, &Column)> {
         self.columns
             .iter()
@@ -94,6 +96,7 @@ impl Table {
     }
 }
 
+/// Unquoted, for people; SQL uses `qualified`.
 impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)
@@ -120,6 +123,8 @@ pub enum SchemaError {
     Db(#[from] sqlx::Error),
 }
 
+/// What the mapping must know per column: the base type, NOT NULL (a domain's too), whether a
+/// default applies (identity BY DEFAULT counts) and whether the column may be written at all.
 const COLUMNS_SQL: &str = "
 SELECT a.attname::text,
        -- Domains are written as their base type; enum values travel as their label text.

@@ -14,6 +14,7 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
+    /// Not yet triggered; every clone shares the one trigger.
     pub fn new() -> Self {
         Self::default()
     }
@@ -64,6 +65,7 @@ impl Shutdown {
     }
 }
 
+/// SIGINT by hand, SIGTERM from `docker stop` and Kubernetes: both mean the same.
 #[cfg(unix)]
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -74,6 +76,7 @@ async fn wait_for_signal() {
     }
 }
 
+/// Elsewhere Ctrl-C is the only signal tokio offers portably.
 #[cfg(not(unix))]
 async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;

@@ -35,10 +35,12 @@ struct Latencies {
 }
 
 impl Stats {
+    /// Relaxed: the counters are tallies for log lines and tests, and order nothing.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// A snapshot; a counter may move on meanwhile, which a progress line tolerates.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }

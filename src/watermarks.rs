@@ -42,6 +42,7 @@ impl Watermarks {
         health.set_kafka_up(up);
     }
 
+    /// Copied out, so the lock the statistics callback also takes is not held across a query.
     fn snapshot(&self) -> Vec<(String, i32, i64, i64)> {
         self.latest
             .lock()
@@ -89,6 +90,7 @@ struct LagRow {
     lag: Option<i64>,
 }
 
+/// One row per group and partition, overwritten: `kafka_lag` needs only the latest.
 const UPSERT_SQL: &str = "
 INSERT INTO kafka_watermarks AS w (consumer_group, topic, partition, low_watermark, high_watermark, observed_at)
 SELECT $1, t, p, lo, hi, now() FROM UNNEST($2::text[], $3::int4[], $4::int8[], $5::int8[]) AS v(t, p, lo, hi)
@@ -96,6 +98,7 @@ ON CONFLICT (consumer_group, topic, partition) DO UPDATE
    SET low_watermark = EXCLUDED.low_watermark, high_watermark = EXCLUDED.high_watermark,
        observed_at = EXCLUDED.observed_at";
 
+/// The gauges are read back from `kafka_lag`, so Prometheus and SQL report the same lag.
 async fn record(
     pool: &PgPool,
     group: &str,

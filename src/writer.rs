@@ -122,6 +122,8 @@ struct Session {
     staged: HashSet<String>,
 }
 
+/// One batch at a time, in order, so a lane's partitions commit in sequence; every batch gets a
+/// result, and after a failure the next batch starts on a fresh connection.
 async fn run(
     id: usize,
     config: WriterConfig,
@@ -175,7 +177,6 @@ async fn run(
     }
 }
 
-/// One batch, one transaction.
 /// One batch, one transaction; returns how many dead letters it wrote.
 async fn write(
     session: &mut Option<Session>,

@@ -55,6 +55,7 @@ impl<'a> Input<'a> {
         }
     }
 
+    /// As JSON, so an error tells the string `"1"` from the number `1`; abbreviated.
     fn shown(&self) -> String {
         abbreviate(&self.json_text())
     }
@@ -209,6 +210,8 @@ pub fn encode(
     Ok(())
 }
 
+/// For values JSON can carry only as strings (UUIDs, base64): anything else is an error, never
+/// converted.
 fn expect_string<'a>(input: Input<'a>, what: &str) -> Result<Cow<'a, str>, String> {
     input
         .string()?
@@ -247,11 +250,13 @@ fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<
     }
 }
 
+/// Strict: `1.5` or `1e3` into an integer column is an error, never rounded or truncated.
 fn integer_text(text: &str) -> Result<i64, String> {
     text.parse::<i64>()
         .map_err(|_| format!("expected an integer, got {}", abbreviate(text)))
 }
 
+/// Also `NaN` and `±Infinity`, which JSON cannot hold as numbers, so producers send strings.
 fn float_text(text: &str) -> Option<f64> {
     match text {
         "NaN" => Some(f64::NAN),
@@ -262,10 +267,14 @@ fn float_text(text: &str) -> Option<f64> {
     }
 }
 
+/// The first character is enough: in valid JSON only numbers start with `-` or a digit. Also
+/// keeps Rust's `inf` and `+1` out of float parsing.
 fn is_json_number(text: &str) -> bool {
     text.starts_with(|c: char| c == '-' || c.is_ascii_digit())
 }
 
+/// The text goes in as is, never re-serialised; jsonb's binary form is that text after a
+/// version byte.
 fn write_json_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
     check_json_text(text)?;
     if ty == ColumnType::Jsonb {
@@ -275,6 +284,7 @@ fn write_json_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(),
     Ok(())
 }
 
+/// `timestamp` without time zone stores the UTC wall-clock time, as offset-less input is read.
 fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<(), String> {
     match ty {
         ColumnType::Timestamptz => to_sql(t, &Type::TIMESTAMPTZ, out),
@@ -284,6 +294,7 @@ fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<()
     }
 }
 
+/// `None` out of chrono's range, so the caller names the value instead of panicking.
 fn from_epoch(n: i64, unit: Hint) -> Option<DateTime<Utc>> {
     match unit {
         Hint::Days => NaiveDate::from_ymd_opt(1970, 1, 1)?
@@ -332,6 +343,7 @@ pub fn parse_timestamp(s: &str) -> Result<DateTime<Utc>, String> {
     Err(format!("{s:?} is not an ISO-8601 timestamp"))
 }
 
+/// Strict `YYYY-MM-DD`: a timestamp into a date column would silently lose its time.
 fn parse_date(s: &str) -> Result<DateTime<Utc>, String> {
     NaiveDate::parse_from_str(s, "%Y-%m-%d")
         .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc())

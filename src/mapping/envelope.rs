@@ -42,6 +42,8 @@ pub type Hints = HashMap<String, Hint>;
 pub struct HintCache(RefCell<Option<(u64, Arc<Hints>)>>);
 
 impl HintCache {
+    /// Keyed by a hash of the schema text and the Debezium side, so a changed schema is noticed
+    /// without keeping or comparing the old one.
     fn hints(&self, schema: &RawValue, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
         let mut hasher = DefaultHasher::new();
         schema.get().hash(&mut hasher);
@@ -182,6 +184,8 @@ pub enum KeyDoc<'a> {
     Str(&'a str),
 }
 
+/// Validated but not built into a tree: only a few envelope fields are read, borrowed from
+/// the consumer's buffer. Invalid JSON is a decode error.
 fn parse_raw(value: &[u8]) -> Result<&RawValue, MapError> {
     serde_json::from_slice::<&RawValue>(value).map_err(|e| MapError::NotAnObject(e.to_string()))
 }

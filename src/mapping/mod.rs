@@ -125,6 +125,8 @@ pub struct TopicMapper {
     dead_letter_topic: Option<Arc<str>>,
 }
 
+/// The table and each column's source: enough to recognise a mapping in a log or a failed
+/// assertion.
 impl fmt::Debug for TopicMapper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TopicMapper")
@@ -214,6 +216,7 @@ impl TopicMapper {
         self.dead_letter_topic.as_ref()
     }
 
+    /// For messages, dead letters and `check`'s list of columns the sink never writes.
     pub fn table(&self) -> &Arc<Table> {
         &self.table
     }
@@ -294,6 +297,7 @@ impl TopicMapper {
         }
     }
 
+    /// Names the column, its type and where the value came from, so the error says what to fix.
     fn bad_value(&self, i: usize, reason: String) -> MapError {
         let col = &self.table.columns[i];
         MapError::BadValue {
@@ -363,6 +367,8 @@ impl TopicMapper {
         })
     }
 
+    /// On error the partial row is undone and the scratch list kept for reuse, so the batch is
+    /// exactly as it was before this record.
     fn encode_write<'a>(
         &'a self,
         record: &RecordView<'a>,
@@ -445,6 +451,8 @@ impl TopicMapper {
         written.map_err(EncodeError::Invalid)
     }
 
+    /// Deletes get their own COPY of key columns and ordinal, so the merge can tell whether a
+    /// key's last record in the batch was a delete or an upsert.
     fn encode_delete<'a>(
         &'a self,
         record: &RecordView<'a>,
@@ -495,6 +503,8 @@ impl TopicMapper {
         Ok(())
     }
 
+    /// Absent and null both write NULL here: whether either is allowed was settled before the
+    /// row began.
     fn write_value(
         &self,
         i: usize,
@@ -593,6 +603,7 @@ pub struct Rows {
 }
 
 impl Rows {
+    /// Created on first use, so a batch holds only the column lists (and deletes) it needs.
     fn new(columns: Vec<u16>) -> Self {
         Self {
             columns,
@@ -602,6 +613,8 @@ impl Rows {
         }
     }
 
+    /// Called only once a row is complete, so ordinals and origins match the rows in the buffer
+    /// one for one.
     fn note(&mut self, ordinal: i64, origin: Option<OwnedRecord>) {
         self.ordinals.push(ordinal);
         self.origins.extend(origin);
@@ -623,6 +636,7 @@ pub struct TableRows {
     scratch: Vec<u16>,
 }
 
+/// A count, not the encoded bytes.
 impl fmt::Debug for TableRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "TableRows({}, {} rows)", self.table, self.rows())
@@ -630,6 +644,7 @@ impl fmt::Debug for TableRows {
 }
 
 impl TableRows {
+    /// `keep_origins` copies every record; only topics that dead-letter rejected rows pay for it.
     pub fn new(table: Arc<Table>, upsert_keys: Option<Arc<[u16]>>, keep_origins: bool) -> Self {
         Self {
             table,
@@ -665,6 +680,7 @@ impl TableRows {
             .sum()
     }
 
+    /// Encoded size; lets tests show that a failed record leaves nothing behind.
     pub fn bytes(&self) -> usize {
         self.shapes
             .iter()
@@ -713,6 +729,7 @@ impl<'de> Visitor<'de> for ObjectVisitor<'_, 'de> {
     }
 }
 
+/// Encodes with postgres-types; its error becomes the reason of a `BadValue`.
 fn to_sql<T: ToSql>(value: T, ty: &Type, out: &mut BytesMut) -> Result<(), String> {
     value.to_sql(ty, out).map(|_| ()).map_err(|e| e.to_string())
 }
@@ -742,6 +759,8 @@ fn write_raw(ty: ColumnType, bytes: &[u8], out: &mut BytesMut) -> Result<(), Str
     Ok(())
 }
 
+/// Metadata fitted to the column's type (a timestamp into timestamptz, timestamp or bigint; a
+/// key into bytea, text or json), so tables keep their own layout.
 fn write_meta(
     meta: &Meta,
     col: &Column,
@@ -836,6 +855,8 @@ fn write_meta(
     }
 }
 
+/// Partition and offset into any integer or numeric column; a value that does not fit is an
+/// error, never wrapped.
 fn write_int(ty: ColumnType, v: i64, out: &mut BytesMut) -> Result<(), String> {
     match ty {
         ColumnType::Int2 => to_sql(

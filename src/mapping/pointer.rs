@@ -51,6 +51,7 @@ pub fn field<'a>(raw: &'a RawValue, name: &str) -> Result<Option<&'a RawValue>, 
         .map_err(|e| e.to_string())
 }
 
+/// Reads on after a match, so a repeated name's last value wins, as in `parse_object`.
 struct FieldVisitor<'n, 'a> {
     name: &'n str,
     found: Option<&'a RawValue>,
@@ -75,6 +76,8 @@ impl<'a> Visitor<'a> for FieldVisitor<'_, 'a> {
     }
 }
 
+/// Element `index` of an array, or `None` past the end. Reads to the end of the array:
+/// serde_json refuses a sequence left half-read.
 fn element(raw: &RawValue, index: usize) -> Result<Option<&RawValue>, String> {
     struct ElementVisitor(usize);
     impl<'a> Visitor<'a> for ElementVisitor {

@@ -20,6 +20,7 @@ pub enum Meta {
 }
 
 impl Meta {
+    /// The inverse of `name`; `None` lets the caller list the names that are accepted.
     fn parse(name: &str) -> Option<Meta> {
         Some(match name {
             "topic" => Meta::Topic,
@@ -140,6 +141,7 @@ pub fn parse_spec(spec: &ColumnSpec) -> Result<Source, String> {
     ))
 }
 
+/// The `metadata` table as (kind, column) pairs, so it is planned like the explicit `columns`.
 fn metadata_pairs(m: &MetadataColumns) -> impl Iterator<Item = (Meta, &str)> {
     [
         (Meta::Topic, &m.topic),

@@ -30,10 +30,7 @@ impl Pipeline {
         // An eager protocol may hand back a partition this consumer still holds: finish it first.
         let held: Vec<TopicPartition> = tps
             .iter()
-            .filter(|tp| {
-                self.partitions
-                    .contains_key(&(self.route_index[&tp.topic], tp.partition))
-            })
+            .filter(|tp| self.state(tp).is_some())
             .cloned()
             .collect();
         if !held.is_empty() {
@@ -102,7 +99,7 @@ impl Pipeline {
     pub fn revoke(&mut self, tps: &[TopicPartition]) {
         let keys: Vec<(usize, i32)> = tps
             .iter()
-            .filter_map(|tp| self.route_index.get(&tp.topic).map(|&r| (r, tp.partition)))
+            .filter_map(|tp| self.key_of(tp))
             .filter(|k| self.partitions.contains_key(k))
             .collect();
         let mut lanes: Vec<usize> = keys.iter().map(|k| self.partitions[k].lane).collect();

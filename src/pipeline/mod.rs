@@ -32,7 +32,10 @@ mod recovery;
 
 /// What the pipeline needs from the Kafka consumer: the few calls that move its position.
 pub trait PartitionControl {
+    /// Stops fetching for partitions that rewind, so what would be dropped is not fetched.
     fn pause(&self, tps: &[TopicPartition]);
+    /// Fetching restarts after the last delivered record, not at the stored offset: a seek
+    /// must follow.
     fn resume(&self, tps: &[TopicPartition]);
     /// Seeks each partition and returns the ones that failed, with the reason.
     fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)>;
@@ -173,6 +176,7 @@ pub struct PipelineParts {
 }
 
 impl Pipeline {
+    /// Owns no partitions yet: they arrive with the first assignment.
     pub fn new(parts: PipelineParts) -> Self {
         let route_index = parts
             .routes
@@ -267,19 +271,40 @@ impl Pipeline {
             .is_some_and(|&i| self.routes[i].mapper.needs_headers())
     }
 
+    /// Taken after `drain`, so the error is reported once everything complete is committed.
     pub fn take_fatal(&mut self) -> Option<Fatal> {
         self.fatal.take()
     }
 
+    /// The poll loop checks it after every step, to stop taking records at once.
     pub fn has_fatal(&self) -> bool {
         self.fatal.is_some()
     }
 
+    /// The first reason wins: later ones are usually its consequences.
     fn set_fatal(&mut self, fatal: Fatal) {
         if self.fatal.is_none() {
             tracing::error!(error = %fatal, "stopping");
             self.fatal = Some(fatal);
         }
+    }
+
+    /// The key of `tp`'s state, if its topic is routed.
+    fn key_of(&self, tp: &TopicPartition) -> Option<(usize, i32)> {
+        self.route_index
+            .get(&tp.topic)
+            .map(|&route| (route, tp.partition))
+    }
+
+    /// The state of `tp`, if this consumer owns it.
+    fn state(&self, tp: &TopicPartition) -> Option<&PartitionState> {
+        self.key_of(tp).and_then(|k| self.partitions.get(&k))
+    }
+
+    /// The state of `tp`, if this consumer owns it, to change.
+    fn state_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionState> {
+        let key = self.key_of(tp)?;
+        self.partitions.get_mut(&key)
     }
 
     /// Picks the writer for a partition: fixed, so a partition's batches commit in order.
@@ -378,6 +403,8 @@ impl Pipeline {
         }
     }
 
+    /// Its own function because a record is encoded again after a column-list change sealed
+    /// the batch.
     fn encode_into(
         &mut self,
         lane_idx: usize,
@@ -389,6 +416,8 @@ impl Pipeline {
         mapper.encode(record, rows)
     }
 
+    /// Counts every such record but logs only at powers of two, so a flood of them does not
+    /// flood the log.
     fn note_dropped(&mut self, record: &RecordView<'_>, why: &str) {
         self.dropped += 1;
         if self.dropped.is_power_of_two() {
@@ -441,6 +470,7 @@ impl Pipeline {
         self.send(lane_idx, batch);
     }
 
+    /// A writer that is gone is fatal: its batches would never be answered.
     fn send(&mut self, lane_idx: usize, batch: Batch) {
         tracing::trace!(
             lane = lane_idx,
@@ -514,6 +544,8 @@ impl Pipeline {
         }
     }
 
+    /// Every writer outcome lands here, so in-flight counts, stats and rewinds change only on
+    /// the consumer thread.
     fn apply(&mut self, result: WriteResult) {
         let lane_idx = result.lane;
         self.lanes[lane_idx].in_flight -= 1;
@@ -593,12 +625,7 @@ impl Pipeline {
         }
         let owned: Vec<(TopicPartition, i64)> = latest
             .into_iter()
-            .filter(|(tp, _)| {
-                self.route_index
-                    .get(&tp.topic)
-                    .and_then(|&r| self.partitions.get(&(r, tp.partition)))
-                    .is_some_and(|p| p.status != Status::Fenced)
-            })
+            .filter(|(tp, _)| self.state(tp).is_some_and(|p| p.status != Status::Fenced))
             .collect();
         ctl.commit_to_kafka(&owned);
     }

@@ -51,13 +51,8 @@ impl Pipeline {
         };
         let mut lanes = Vec::new();
         for s in stored.iter().filter(|s| s.reset_by_operator()) {
-            let Some(&route) = self.route_index.get(&s.tp.topic) else {
-                continue;
-            };
-            if let Some(p) = self.partitions.get(&(route, s.tp.partition)) {
-                if p.epoch != s.epoch {
-                    lanes.push(p.lane);
-                }
+            if let Some(p) = self.state(&s.tp).filter(|p| p.epoch != s.epoch) {
+                lanes.push(p.lane);
             }
         }
         lanes.sort_unstable();
@@ -81,12 +76,7 @@ impl Pipeline {
         // revoke in librdkafka and would silently stall the partition if it came back.
         let tps: Vec<TopicPartition> = std::mem::take(&mut self.to_pause)
             .into_iter()
-            .filter(|tp| {
-                self.route_index
-                    .get(&tp.topic)
-                    .and_then(|&r| self.partitions.get(&(r, tp.partition)))
-                    .is_some_and(|p| p.status != Status::Active)
-            })
+            .filter(|tp| self.state(tp).is_some_and(|p| p.status != Status::Active))
             .collect();
         ctl.pause(&tps);
     }
@@ -102,6 +92,8 @@ impl Pipeline {
         }
     }
 
+    /// A partition turns active only once resumed and seeked to its stored offset; whatever
+    /// fails stays paused and is retried after a backoff.
     fn recover(&mut self, lane_idx: usize, ctl: &dyn PartitionControl) {
         let rewinding: Vec<TopicPartition> = self
             .partitions
@@ -129,19 +121,14 @@ impl Pipeline {
         let mut targets = Vec::new();
         let mut fenced = Vec::new();
         let mut reclaim = Vec::new();
+        let reset = self.reset;
         for tp in &rewinding {
-            let Some(&route) = self.route_index.get(&tp.topic) else {
-                continue;
-            };
-            let p = self
-                .partitions
-                .get_mut(&(route, tp.partition))
-                .expect("rewinding partitions are owned");
+            let p = self.state_mut(tp).expect("rewinding partitions are owned");
             match stored.get(tp) {
                 Some(s) if s.epoch == p.epoch => {
                     p.sealed_next = s.next_offset;
                     p.cursor = s.next_offset;
-                    match start_offset(s.next_offset, self.reset) {
+                    match start_offset(s.next_offset, reset) {
                         Some(offset) => targets.push((tp.clone(), offset)),
                         None => {
                             p.status = Status::Fenced;
@@ -164,10 +151,7 @@ impl Pipeline {
             match self.runtime.block_on(self.store.claim(&reclaim)) {
                 Ok(claims) => {
                     for claim in claims {
-                        let Some(&route) = self.route_index.get(&claim.tp.topic) else {
-                            continue;
-                        };
-                        let Some(p) = self.partitions.get_mut(&(route, claim.tp.partition)) else {
+                        let Some(p) = self.state_mut(&claim.tp) else {
                             continue;
                         };
                         p.epoch = claim.epoch;
@@ -217,8 +201,7 @@ impl Pipeline {
                     continue;
                 }
             }
-            let route = self.route_index[&tp.topic];
-            if let Some(p) = self.partitions.get_mut(&(route, tp.partition)) {
+            if let Some(p) = self.state_mut(tp) {
                 p.status = Status::Active;
             }
         }
