@@ -279,6 +279,20 @@ pub async fn upsert_strategies(
     Ok(out)
 }
 
+/// Starts the real sink binary with `config`, its log (JSON lines) going to `log`. Only the
+/// file configures it: the service variables of this process are removed.
+fn spawn_sink(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<std::process::Child> {
+    Command::new(bin)
+        .args(["run", "--config"])
+        .arg(config)
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}
+
 /// Options of one run of the real sink binary.
 pub struct SinkRun<'a> {
     pub name: &'a str,
@@ -320,15 +334,7 @@ pub async fn sink(
     )?;
     let log_path = dir.path().join("sink.log");
     let started = Instant::now();
-    let mut child = Command::new(run.bin)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env_remove("DATABASE_URL")
-        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?)
-        .spawn()
-        .with_context(|| format!("starting {}", run.bin.display()))?;
+    let mut child = spawn_sink(run.bin, &config, &log_path)?;
     let pid = child.id();
     let mut first_commit = None;
     let mut peak = 0u64;
@@ -500,14 +506,7 @@ pub async fn trickle(
         ),
     )?;
     let log_path = dir.path().join("sink.log");
-    let mut child = Command::new(bin)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env_remove("DATABASE_URL")
-        .env_remove("KAFKA_BOOTSTRAP_SERVERS")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?)
-        .spawn()?;
+    let mut child = spawn_sink(bin, &config, &log_path)?;
     // Wait for the assignment, so start-up does not count as latency.
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log_path)?.contains("assigned") {

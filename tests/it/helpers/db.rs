@@ -157,24 +157,16 @@ impl Drop for TestDb {
         }
         let name = self.name.clone();
         let admin_url = self.admin_url.clone();
-        // Drop runs outside any runtime guarantee: use a small one of its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        super::run_detached(async move {
+            let admin = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&admin_url)
+                .await
                 .ok()?;
-            rt.block_on(async move {
-                let admin = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin_url)
-                    .await
-                    .ok()?;
-                admin
-                    .execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+            admin
+                .execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
+                .await
+                .ok()
+        });
     }
 }

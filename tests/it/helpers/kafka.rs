@@ -99,20 +99,14 @@ impl Drop for TestTopic {
             return;
         }
         let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let admin: AdminClient<DefaultClientContext> = client_config().create().ok()?;
-                admin
-                    .delete_topics(&[&name], &AdminOptions::new())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+        let config = self.config();
+        super::run_detached(async move {
+            let admin: AdminClient<DefaultClientContext> = config.create().ok()?;
+            admin
+                .delete_topics(&[&name], &AdminOptions::new())
+                .await
+                .ok()
+        });
     }
 }
 
@@ -160,31 +154,13 @@ pub fn order_json(id: i64) -> String {
 /// Produces orders `from..to`, order `id` to partition `id % partitions`, and waits for
 /// every acknowledgement.
 pub async fn produce_orders(producer: &FutureProducer, topic: &TestTopic, from: i64, to: i64) {
-    let mut pending = Vec::with_capacity(1000);
-    for id in from..to {
-        let key = id.to_string();
-        let value = order_json(id);
-        let partition = (id % topic.partitions as i64) as i32;
-        let record = FutureRecord::to(&topic.name)
-            .key(&key)
-            .payload(&value)
-            .partition(partition);
-        pending.push(producer.send_result(record).expect("queue record"));
-        if pending.len() == 1000 {
-            for delivery in pending.drain(..) {
-                delivery
-                    .await
-                    .expect("delivery")
-                    .expect("record acknowledged");
-            }
-        }
-    }
-    for delivery in pending {
-        delivery
-            .await
-            .expect("delivery")
-            .expect("record acknowledged");
-    }
+    let records: Vec<RawRecord> = (from..to)
+        .map(|id| RawRecord {
+            key: Some(id.to_string().into_bytes()),
+            ..RawRecord::json((id % topic.partitions as i64) as i32, &order_json(id))
+        })
+        .collect();
+    produce_raw(producer, &topic.name, &records).await;
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 

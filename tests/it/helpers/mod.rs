@@ -14,6 +14,23 @@ use db::TestDb;
 use kafka::TestTopic;
 use sqlx::Executor;
 
+/// Runs `cleanup` to completion on a runtime of its own: `Drop` may run inside or outside the
+/// test's runtime, and blocking on that one from within it would panic.
+pub fn run_detached<F>(cleanup: F)
+where
+    F: Future + Send + 'static,
+{
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(cleanup);
+        }
+    })
+    .join();
+}
+
 /// Polls `condition` until it holds; panics with `what` after `timeout`.
 pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
 where
@@ -75,6 +92,20 @@ pub async fn assert_rows_match_offsets(db: &TestDb, table: &str, group: &str, to
         mismatched.is_empty(),
         "(partition, rows, next_offset) out of step: {mismatched:?}"
     );
+}
+
+/// The whole exactly-once verdict after a drain: every id once, rows and positions in step,
+/// and the position history a chain (needs `install_offset_audit`).
+pub async fn assert_delivered_exactly_once(
+    db: &TestDb,
+    table: &str,
+    group: &str,
+    topic: &str,
+    n: i64,
+) {
+    assert_exactly_once(db, table, n).await;
+    assert_rows_match_offsets(db, table, group, topic).await;
+    assert_offset_history_is_a_chain(db).await;
 }
 
 /// Records every change to `kafka_offsets`, so a test can check the history, not only the end.
