@@ -10,7 +10,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{client_config, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{run_cli, Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// A good order with id `id`.
@@ -211,9 +211,8 @@ async fn every_offset_becomes_a_row_or_a_dead_letter_exactly_once() {
         )
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sink.toml");
-    std::fs::write(&path, config.toml()).unwrap();
+    let file = ConfigFile::new(&config.toml());
+    let path = file.path();
     let out = run_cli(&["dead-letters", "list", "--config", path.to_str().unwrap()]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(

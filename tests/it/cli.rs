@@ -3,7 +3,7 @@
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
 use crate::helpers::services::services;
-use crate::helpers::sink::{run_cli, run_cli_env, SinkConfig};
+use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, SinkConfig};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide() {
@@ -59,20 +59,14 @@ async fn futures_join(n: usize, url: &str) -> Vec<crate::helpers::sink::CliOutpu
     outs
 }
 
-fn write_config(dir: &tempfile::TempDir, toml: &str) -> String {
-    let path = dir.path().join("sink.toml");
-    std::fs::write(&path, toml).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn check_reports_what_it_found_and_hides_the_password() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     let topic = TestTopic::create(3).await;
-    let dir = tempfile::tempdir().unwrap();
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
-    let path = write_config(&dir, &config.toml());
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
     let out = run_cli(&["check", "--config", &path]).await;
     assert!(
         out.status.success(),
@@ -109,12 +103,11 @@ async fn check_reports_what_it_found_and_hides_the_password() {
 async fn check_names_each_problem_in_a_bad_config() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
-    let dir = tempfile::tempdir().unwrap();
 
     // A table that does not exist and a metadata column of the wrong type.
     let mut config = SinkConfig::new(&db.url, "no-such-topic-for-check", "missing_table");
     config.extra = String::new();
-    let out = run_cli(&["check", "--config", &write_config(&dir, &config.toml())]).await;
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
     assert!(!out.status.success());
     assert!(
         out.stdout.contains("missing_table does not exist"),
@@ -133,7 +126,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     let toml = wrong_type
         .toml()
         .replace("offset = \"kafka_offset\"", "offset = \"status\"");
-    let out = run_cli(&["check", "--config", &write_config(&dir, &toml)]).await;
+    let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
     assert!(!out.status.success());
     assert!(
         out.stdout
@@ -144,7 +137,7 @@ async fn check_names_each_problem_in_a_bad_config() {
 
     // A typo in a setting is named, not ignored.
     let toml = config.toml().replace("max_records", "max_recordz");
-    let out = run_cli(&["check", "--config", &write_config(&dir, &toml)]).await;
+    let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
     assert!(!out.status.success());
     assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
 
@@ -152,7 +145,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     let bare = TestDb::empty().await;
     bare.create_orders_table("orders").await;
     let config = SinkConfig::new(&bare.url, &topic.name, "orders");
-    let out = run_cli(&["check", "--config", &write_config(&dir, &config.toml())]).await;
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
     assert!(!out.status.success());
     assert!(
         out.stdout.contains("kafka-pg-sink migrate"),
@@ -166,9 +159,9 @@ async fn settings_are_overridden_by_environment_then_flags() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     let topic = TestTopic::create(1).await;
-    let dir = tempfile::tempdir().unwrap();
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
-    let path = write_config(&dir, &config.toml());
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
 
     let env = [("KAFKA_PG_SINK_KAFKA__GROUP_ID", "from-env")];
     let out = run_cli_env(&["check", "--config", &path], &env).await;
@@ -227,13 +220,13 @@ async fn check_validates_modes_formats_and_columns_against_the_table() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     let topic = TestTopic::create(1).await;
-    let dir = tempfile::tempdir().unwrap();
     let run = |topic_settings: &str, metadata: &str| {
         let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
         config.topic_settings = topic_settings.into();
         config.metadata = metadata.into();
-        let path = write_config(&dir, &config.toml());
-        async move { run_cli(&["check", "--config", &path]).await }
+        // The file moves into the future, so it outlives the command.
+        let file = ConfigFile::new(&config.toml());
+        async move { run_cli(&["check", "--config", file.arg()]).await }
     };
     let default_metadata = "partition = \"kafka_partition\"\noffset = \"kafka_offset\"";
 

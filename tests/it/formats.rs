@@ -9,7 +9,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 fn keyed(partition: i32, key: &str, value: Option<String>) -> RawRecord {
@@ -393,10 +393,9 @@ async fn a_pattern_subscription_picks_up_a_topic_created_while_running() {
         &format!("pattern = \"{prefix}-.*\"\ntable = \"in_{{topic}}\""),
     );
     config.extra = String::new();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pattern.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut sink = Sink::start_file(&path, "sink");
+    let file = ConfigFile::new(&toml);
+    let path = file.path();
+    let mut sink = Sink::start_file(path, "sink");
     wait_drained(&db, &config.group, &first, Duration::from_secs(60)).await;
     assert_exactly_once(&db, &table_of(&first), 500).await;
 

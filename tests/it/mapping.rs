@@ -7,7 +7,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 const TYPED_TABLE: &str = "
@@ -50,9 +50,8 @@ async fn every_supported_type_and_metadata_column_round_trips() {
         "partition = \"kafka_partition\"\noffset = \"kafka_offset\"",
         "topic = \"m_topic\"\npartition = \"m_partition\"\noffset = \"m_offset\"\ntimestamp = \"m_ts\"\nkey = \"m_key\"\nheaders = \"m_headers\"",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("typed.toml");
-    std::fs::write(&path, toml).unwrap();
+    let file = ConfigFile::new(&toml);
+    let path = file.path();
     let mut sink = SinkProcess::new(path.to_str().unwrap());
     wait_until("two rows", Duration::from_secs(60), || async {
         db.count("typed").await == 2

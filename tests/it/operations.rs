@@ -13,16 +13,10 @@ use crate::helpers::kafka::{
     client_config, order_json, produce_orders, produce_raw, producer, RawRecord, TestTopic,
 };
 use crate::helpers::private::Private;
-use crate::helpers::sink::{run_cli, Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 const FAST_WATERMARKS: [&str; 2] = ["--set", "kafka.watermark_interval=300ms"];
-
-fn write_config(dir: &tempfile::TempDir, config: &SinkConfig) -> String {
-    let path = dir.path().join("sink.toml");
-    std::fs::write(&path, config.toml()).unwrap();
-    path.to_string_lossy().into_owned()
-}
 
 async fn sql_lag(db: &TestDb, group: &str) -> (i64, i64) {
     sqlx::query_as("SELECT coalesce(sum(lag), 0)::int8, coalesce(sum(high_watermark), 0)::int8 FROM kafka_lag WHERE consumer_group = $1")
@@ -81,8 +75,8 @@ async fn lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_
 
     // No sink running: the CLI asks Kafka itself.
     produce_orders(&producer, &topic, 1_400, 1_700).await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(&dir, &config);
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
     let out = run_cli(&["lag", "--config", &path]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("total lag: 300"), "{}", out.stdout);
@@ -165,8 +159,8 @@ async fn offsets_reset_to_every_target_and_under_a_running_sink() {
         .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(&dir, &config);
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
     let mut sink = Sink::start(&config, "first");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     assert!(sink.stop().success());

@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{client_config, produce_orders, producer, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// Deletes the records of partition 0 before `before` (the low watermark moves there).
@@ -84,10 +84,9 @@ async fn deleted_history_stops_the_sink_or_is_skipped_and_recorded_by_policy() {
         "auto_offset_reset = \"earliest\"",
         "auto_offset_reset = \"earliest\"\noffset_out_of_range = \"earliest\"",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("reset.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut moved = Sink::start_file(&path, "earliest policy");
+    let file = ConfigFile::new(&toml);
+    let path = file.path();
+    let mut moved = Sink::start_file(path, "earliest policy");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     assert_eq!(
         db.count("orders").await,

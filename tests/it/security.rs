@@ -8,7 +8,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{run_cli, Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// The value of an environment variable that `scripts/dev-services.sh env` provides.
@@ -54,10 +54,9 @@ async fn hostile_identifiers_are_quoted_never_executed() {
             "table = \"unused\"",
             &format!("table = 'order\"s; DROP TABLE sentinel; --'\nmode = \"{mode}\"\non_error = \"dead_letter\""),
         );
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hostile.toml");
-        std::fs::write(&path, toml).unwrap();
-        let mut sink = Sink::start_file(&path, mode);
+        let file = ConfigFile::new(&toml);
+        let path = file.path();
+        let mut sink = Sink::start_file(path, mode);
         wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
         assert!(sink.stop().success());
         let (rows, selects): (i64, i64) = sqlx::query_as(
@@ -90,7 +89,6 @@ async fn secrets_never_appear_in_logs_errors_or_check_output() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     let topic = TestTopic::create(1).await;
-    let dir = tempfile::tempdir().unwrap();
 
     // A wrong database password: the error says what failed, never the password.
     let mut url = url::Url::parse(&db.url).unwrap();
@@ -116,8 +114,8 @@ async fn secrets_never_appear_in_logs_errors_or_check_output() {
         "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{}\"\n\"sasl.password\" = \"${{KPS_TEST_SASL_PASSWORD}}\"",
         dev_env("KPS_KAFKA_SASL_USER")
     );
-    let path = dir.path().join("sasl.toml");
-    std::fs::write(&path, config.toml()).unwrap();
+    let file = ConfigFile::new(&config.toml());
+    let path = file.path();
     let out = crate::helpers::sink::run_cli_env(
         &["check", "--config", path.to_str().unwrap()],
         &[("KPS_TEST_SASL_PASSWORD", "s3cr3t-kafka-pass")],

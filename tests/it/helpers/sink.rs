@@ -43,6 +43,30 @@ pub async fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> CliOutput {
     }
 }
 
+/// A configuration file the test wrote, removed when dropped.
+pub struct ConfigFile {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl ConfigFile {
+    pub fn new(toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sink.toml");
+        std::fs::write(&path, toml).expect("write config");
+        Self { _dir: dir, path }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The path as a command-line argument.
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8")
+    }
+}
+
 /// What a sink process is started with.
 #[derive(Clone)]
 pub struct SinkConfig {
