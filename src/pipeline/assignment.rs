@@ -83,7 +83,6 @@ impl Pipeline {
                     epoch: claim.epoch,
                     status,
                     sealed_next: claim.next_offset,
-                    cursor: claim.next_offset,
                     open_last: None,
                 },
             );

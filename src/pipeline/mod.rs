@@ -77,10 +77,16 @@ struct PartitionState {
     /// What the database will hold once every sealed batch commits: the `expected` value of
     /// the next batch's compare-and-set.
     sealed_next: Option<i64>,
-    /// The next offset expected from Kafka; anything below it was already taken.
-    cursor: Option<i64>,
     /// Last offset in the lane's open batch, if the partition has records there.
     open_last: Option<i64>,
+}
+
+impl PartitionState {
+    /// The next offset expected from Kafka; anything below it was already taken. Derived, so
+    /// it cannot drift from the batch and the compare-and-set it is checked against.
+    fn cursor(&self) -> Option<i64> {
+        self.open_last.map(|last| last + 1).or(self.sealed_next)
+    }
 }
 
 /// A writer connection and the batch being filled for it.
@@ -328,7 +334,7 @@ impl Pipeline {
             // Rewinding or fenced: the record will be read again by whoever owns it.
             return;
         }
-        if let Some(cursor) = p.cursor {
+        if let Some(cursor) = p.cursor() {
             if record.offset < cursor {
                 tracing::debug!(tp = %p.tp, offset = record.offset, cursor, "skipping a record already taken");
                 return;
@@ -389,7 +395,6 @@ impl Pipeline {
             }
         }
         let lane = &mut self.lanes[lane_idx];
-        p.cursor = Some(record.offset + 1);
         if p.open_last.is_none() {
             lane.members.push((route, record.partition));
         }

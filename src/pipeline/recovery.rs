@@ -26,7 +26,6 @@ impl Pipeline {
             p.open_last = None;
             if p.status == Status::Active {
                 p.status = Status::Rewinding;
-                p.cursor = None;
                 self.to_pause.push(p.tp.clone());
                 paused += 1;
             }
@@ -127,7 +126,6 @@ impl Pipeline {
             match stored.get(tp) {
                 Some(s) if s.epoch == p.epoch => {
                     p.sealed_next = s.next_offset;
-                    p.cursor = s.next_offset;
                     match start_offset(s.next_offset, reset) {
                         Some(offset) => targets.push((tp.clone(), offset)),
                         None => {
@@ -156,7 +154,6 @@ impl Pipeline {
                         };
                         p.epoch = claim.epoch;
                         p.sealed_next = claim.next_offset;
-                        p.cursor = claim.next_offset;
                         tracing::warn!(tp = %claim.tp, next_offset = ?claim.next_offset, "position reset by an operator: continuing from there");
                         if let Some(offset) = start_offset(claim.next_offset, self.reset) {
                             targets.push((claim.tp, offset));
@@ -310,7 +307,7 @@ impl Pipeline {
             let Some(p) = self.partitions.get(&key) else {
                 continue;
             };
-            let (tp, epoch, cursor, lane) = (p.tp.clone(), p.epoch, p.cursor, p.lane);
+            let (tp, epoch, cursor, lane) = (p.tp.clone(), p.epoch, p.cursor(), p.lane);
             let Some(position) = cursor else { continue };
             let Ok((low, high)) = ctl.watermarks(&tp) else {
                 continue;
