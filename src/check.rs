@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 
 use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
 use crate::mapping::TopicMapper;
-use crate::{consumer, migrate, schema, startup};
+use crate::{consumer, migrate, startup};
 
 /// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
 /// metadata request can say why, not only that it failed.
@@ -224,14 +224,7 @@ async fn check_topic(
         }
     }
     let Some(pool) = pool else { return };
-    let table = match schema::describe(pool, &topic.schema, &table_name).await {
-        Ok(t) => t,
-        Err(e) => {
-            problems.push(format!("topic {name:?}: {e}"));
-            return;
-        }
-    };
-    match TopicMapper::new(topic, table.into()) {
+    match TopicMapper::load(pool, topic, name).await {
         Ok(mapper) => {
             let keys = mapper.key_columns();
             if !keys.is_empty() {
@@ -255,6 +248,6 @@ async fn check_topic(
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
             }
         }
-        Err(e) => problems.push(e.to_string()),
+        Err(e) => problems.push(format!("{e:#}")),
     }
 }

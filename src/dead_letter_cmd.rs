@@ -16,8 +16,8 @@ use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
 use crate::dead_letter::OwnedRecord;
 use crate::mapping::{EncodeError, RecordView, TopicMapper};
-use crate::routing::{self, Router};
-use crate::{schema, startup, writer};
+use crate::routing::Router;
+use crate::{startup, writer};
 
 /// Which dead letters a command applies to.
 #[derive(Debug, Default, Clone)]
@@ -162,16 +162,10 @@ pub async fn replay(
                         d.topic
                     )
                 })?;
-                let table = schema::describe(
-                    &pool,
-                    &settings.schema,
-                    &routing::table_name(settings, &d.topic),
-                )
-                .await?;
                 if settings.write_mode() == WriteMode::Upsert {
                     tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
                 }
-                let m = Rc::new(TopicMapper::new(settings, Arc::new(table))?);
+                let m = Rc::new(TopicMapper::load(&pool, settings, &d.topic).await?);
                 mappers.insert(d.topic.clone(), m.clone());
                 m
             }

@@ -10,17 +10,17 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
 use crate::config::Settings;
+use crate::consumer;
 use crate::health::Health;
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, APPLICATION_NAME};
 use crate::pipeline::{Pipeline, PipelineParts, Route};
 use crate::rebalance::SinkContext;
-use crate::routing::{self, Router};
+use crate::routing::Router;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::watermarks::Watermarks;
 use crate::writer::{Lane, WriterConfig};
-use crate::{consumer, schema};
 use crate::{http, meters};
 
 /// A small pool for claims, rewinds and startup queries; batches use the writers' own
@@ -53,11 +53,7 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
     let mut routes = Vec::new();
     for topic in &settings.topics {
         let Some(name) = &topic.name else { continue };
-        let table_name = routing::table_name(topic, name);
-        let table = schema::describe(pool, &topic.schema, &table_name)
-            .await
-            .with_context(|| format!("topic {name:?}"))?;
-        let mapper = TopicMapper::new(topic, Arc::new(table))?;
+        let mapper = TopicMapper::load(pool, topic, name).await?;
         routes.push(Route {
             topic: name.as_str().into(),
             mapper,

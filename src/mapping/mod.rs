@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use base64::Engine as _;
 use bytes::{BufMut, BytesMut};
 use chrono::DateTime;
@@ -146,6 +147,24 @@ enum Value<'a> {
 }
 
 impl TopicMapper {
+    /// The mapping of `topic` onto the table its settings route it to, described from the
+    /// catalog. The sink, `check` and `dead-letters replay` all come here, so they agree on
+    /// which table a topic writes and how.
+    pub async fn load(
+        pool: &sqlx::PgPool,
+        settings: &TopicSettings,
+        topic: &str,
+    ) -> anyhow::Result<Self> {
+        let table = crate::schema::describe(
+            pool,
+            &settings.schema,
+            &crate::routing::table_name(settings, topic),
+        )
+        .await
+        .with_context(|| format!("topic {topic:?}"))?;
+        Ok(Self::new(settings, Arc::new(table))?)
+    }
+
     /// Checks the topic's settings against the table and fixes each column's source.
     pub fn new(topic: &TopicSettings, table: Arc<Table>) -> Result<Self, MappingConfigError> {
         let err = |reason: String| MappingConfigError {

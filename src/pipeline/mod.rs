@@ -248,17 +248,10 @@ impl Pipeline {
                 ))
             })?
             .clone();
-        let table_name = crate::routing::table_name(&settings, topic);
-        let table = self
+        let mapper = self
             .runtime
-            .block_on(crate::schema::describe(
-                &self.catalog,
-                &settings.schema,
-                &table_name,
-            ))
-            .map_err(|e| Fatal::Other(format!("topic {topic}: {e}")))?;
-        let mapper = TopicMapper::new(&settings, Arc::new(table))
-            .map_err(|e| Fatal::Other(e.to_string()))?;
+            .block_on(TopicMapper::load(&self.catalog, &settings, topic))
+            .map_err(|e| Fatal::Other(format!("{e:#}")))?;
         tracing::info!(%topic, table = %mapper.table(), "new topic routed");
         self.routes.push(Route {
             topic: topic.clone(),
