@@ -127,6 +127,10 @@ pub struct DeadLetter {
 }
 
 /// One statement for all of a batch's dead letters: arrays unnested, not a row per round trip.
+/// A record already dead-lettered is met again only when an operator moved the position back
+/// (`offsets reset`): the offset fence rules out any other second read. Its row is then
+/// refreshed in place, so the reread neither trips the table's uniqueness (stopping the sink)
+/// nor leaves two letters for one offset.
 const INSERT_SQL: &str = "
 INSERT INTO kafka_dead_letters
        (consumer_group, topic, partition, \"offset\", record_timestamp, key, value, headers,
@@ -134,7 +138,12 @@ INSERT INTO kafka_dead_letters
 SELECT $1, t, p, o, to_timestamp(ts / 1000.0), k, v, h::jsonb, ek, em, tt
   FROM UNNEST($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::bytea[],
               $8::text[], $9::text[], $10::text[], $11::text[])
-       AS d(t, p, o, ts, k, v, h, ek, em, tt)";
+       AS d(t, p, o, ts, k, v, h, ek, em, tt)
+    ON CONFLICT (consumer_group, topic, partition, \"offset\") DO UPDATE
+   SET record_timestamp = EXCLUDED.record_timestamp, key = EXCLUDED.key,
+       value = EXCLUDED.value, headers = EXCLUDED.headers, error_kind = EXCLUDED.error_kind,
+       error_message = EXCLUDED.error_message, target_table = EXCLUDED.target_table,
+       failed_at = now()";
 
 /// Inserts dead letters in the caller's open transaction.
 pub async fn insert(

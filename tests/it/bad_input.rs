@@ -9,7 +9,9 @@ use rdkafka::message::{Headers, Message};
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
-use crate::helpers::kafka::{client_config, produce_raw, producer, RawRecord, TestTopic};
+use crate::helpers::kafka::{
+    client_config, order_json, produce_raw, producer, RawRecord, TestTopic,
+};
 use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -244,4 +246,61 @@ async fn every_offset_becomes_a_row_or_a_dead_letter_exactly_once() {
         .await
         .unwrap();
     assert_eq!(left as usize, letters.len() - 2);
+}
+
+/// An operator moving the position back (`offsets reset`) makes the sink read a dead-lettered
+/// record again: it must be recorded once more in place, not trip the table's uniqueness and
+/// stop the sink.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reread_after_a_reset_dead_letters_again_in_place() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let mut records: Vec<RawRecord> = (0..10)
+        .map(|i| RawRecord::json(0, &order_json(i)))
+        .collect();
+    records.push(RawRecord::json(0, "not json"));
+    records.extend((10..20).map(|i| RawRecord::json(0, &order_json(i))));
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.topic_settings = "on_error = \"dead_letter\"".into();
+    let file = ConfigFile::new(&config.toml());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let letter = || async {
+        sqlx::query_as::<_, (i64, i64, chrono::DateTime<chrono::Utc>)>(
+            "SELECT count(*), min(\"offset\"), max(failed_at) FROM kafka_dead_letters",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let (count, offset, first_failed_at) = letter().await;
+    assert_eq!((count, offset), (1, 10));
+
+    let out = run_cli(&[
+        "offsets",
+        "reset",
+        "--config",
+        file.arg(),
+        "--topic",
+        &topic.name,
+        "--to",
+        "earliest",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_until("the reread", Duration::from_secs(60), || async {
+        db.count("orders").await == 40
+    })
+    .await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.is_running(), "{}", sink.logs_tail(20));
+    let (count, offset, failed_at) = letter().await;
+    assert_eq!((count, offset), (1, 10), "one dead letter per offset");
+    assert!(
+        failed_at > first_failed_at,
+        "the reread is recorded: {first_failed_at} -> {failed_at}"
+    );
+    assert!(sink.stop().success());
 }
