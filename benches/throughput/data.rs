@@ -12,18 +12,13 @@ CREATE TABLE bench_orders (
     attrs      jsonb         NOT NULL
 )";
 
-/// The trickle scenario's table also keeps when each record was produced and written.
+/// The trickle scenario's table: the same columns, plus when each record was produced and
+/// when it was written.
 pub const TRICKLE_DDL: &str = "
 CREATE TABLE bench_trickle (
-    id          text        PRIMARY KEY,
-    customer    text        NOT NULL,
-    amount      numeric(12,2) NOT NULL,
-    currency    text        NOT NULL,
-    status      text        NOT NULL,
-    created_at  timestamptz NOT NULL,
-    attrs       jsonb       NOT NULL,
-    kafka_ts    timestamptz NOT NULL,
-    written_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+    LIKE bench_orders INCLUDING ALL,
+    kafka_ts   timestamptz NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )";
 
 const STATUSES: [&str; 4] = ["new", "paid", "shipped", "delivered"];
