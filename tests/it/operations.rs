@@ -9,6 +9,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
+use crate::helpers::http::{get, parse_metrics};
 use crate::helpers::kafka::{
     client_config, order_json, produce_orders, produce_raw, producer, RawRecord, TestTopic,
 };
@@ -265,31 +266,6 @@ async fn offsets_reset_to_every_target_and_under_a_running_sink() {
         sink.logs_tail(20)
     );
     assert!(sink.stop().success());
-}
-
-/// GET `path` from `address`; (status, body).
-fn get(address: &str, path: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut response = agent
-        .get(format!("http://{address}{path}"))
-        .call()
-        .expect("HTTP request");
-    let status = response.status().as_u16();
-    (status, response.body_mut().read_to_string().unwrap())
-}
-
-/// Prometheus text format: `name{labels} value` lines into a map.
-fn parse_metrics(text: &str) -> HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,7 +1,9 @@
 //! Shared test machinery: real services, a database and topics per test, the real binary.
 
 pub mod db;
+pub mod http;
 pub mod kafka;
+pub mod orders;
 pub mod private;
 pub mod proxy;
 pub mod services;
