@@ -124,11 +124,6 @@ pub struct OpenBatch {
 }
 
 impl OpenBatch {
-    /// Counts records, not rows: a batch holding only dead letters still has offsets to commit.
-    pub fn is_empty(&self) -> bool {
-        self.records == 0
-    }
-
     /// The rows for `route` (topic `topic`), created on first use.
     pub fn table_rows(
         &mut self,

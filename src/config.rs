@@ -65,6 +65,21 @@ pub struct KafkaSettings {
     /// own lag tools. Advisory only: PostgreSQL stays the source of truth.
     #[serde(default)]
     pub mirror_commits: bool,
+    /// How long authentication with the brokers may keep failing before `run` gives up with
+    /// exit 1: a wrong password or certificate is not something retrying fixes.
+    #[serde(default = "default_auth_failure_timeout", with = "humantime_serde")]
+    pub auth_failure_timeout: Duration,
+}
+
+impl KafkaSettings {
+    /// librdkafka's `max.poll.interval.ms` as configured (its default is 300 s): the longest
+    /// the consumer thread may stay away from `poll`, rebalance callbacks included.
+    pub fn max_poll_interval(&self) -> Duration {
+        self.properties
+            .get("max.poll.interval.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(300), Duration::from_millis)
+    }
 }
 
 impl std::fmt::Debug for KafkaSettings {
@@ -90,6 +105,7 @@ impl std::fmt::Debug for KafkaSettings {
             .field("properties", &properties)
             .field("watermark_interval", &self.watermark_interval)
             .field("mirror_commits", &self.mirror_commits)
+            .field("auth_failure_timeout", &self.auth_failure_timeout)
             .finish()
     }
 }
@@ -392,6 +408,10 @@ fn default_out_of_range() -> ResetPolicy {
 /// librdkafka's own default; only the classic protocol uses it.
 fn default_session_timeout() -> Duration {
     Duration::from_secs(45)
+}
+
+fn default_auth_failure_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 /// Measured best with two cores shared by Kafka, PostgreSQL and the sink (README).
 fn default_writers() -> usize {

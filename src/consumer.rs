@@ -96,6 +96,7 @@ pub fn run(
     consumer: BaseConsumer<SinkContext>,
     topics: Vec<String>,
     shutdown: Shutdown,
+    auth_failure_timeout: Duration,
 ) -> Result<(), Fatal> {
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
@@ -103,8 +104,18 @@ pub fn run(
         .map_err(|e| Fatal::Other(format!("cannot subscribe to {topics:?}: {e}")))?;
     tracing::info!(?topics, "subscribed");
     let ctx = consumer.context().clone();
+    let mut fatal = None;
     while !shutdown.is_triggered() {
         let now = Instant::now();
+        if let Some((failing, reason)) = ctx.kafka_auth_failure() {
+            if failing >= auth_failure_timeout {
+                fatal = Some(Fatal::Other(format!(
+                    "authentication with the Kafka brokers has failed for {}s: {reason}. Check the SASL/SSL settings in kafka.properties",
+                    failing.as_secs()
+                )));
+                break;
+            }
+        }
         let wait = {
             let mut pipeline = ctx.pipeline();
             pipeline.poll_results();
@@ -153,7 +164,7 @@ pub fn run(
     let fatal = {
         let mut pipeline = ctx.pipeline();
         pipeline.drain();
-        pipeline.take_fatal()
+        pipeline.take_fatal().or(fatal)
     };
     // Leaving the group runs the revoke callback; nothing is left to commit by then.
     consumer.unsubscribe();

@@ -75,14 +75,18 @@ async fn ready(State(state): State<AppState>) -> impl IntoResponse {
     .await
     .is_ok_and(|r| r.is_ok());
     let assigned = state.health.assigned();
-    let kafka = state.health.kafka_up();
+    let auth_failure = state.health.kafka_auth_failure();
+    let kafka = state.health.kafka_up() && auth_failure.is_none();
     let ready = database && kafka && assigned > 0;
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "ready": ready,
         "assigned_partitions": assigned,
         "database": database,
         "kafka": kafka,
     });
+    if let Some((_, reason)) = auth_failure {
+        body["kafka_error"] = serde_json::Value::String(reason);
+    }
     let status = if ready {
         StatusCode::OK
     } else {

@@ -73,7 +73,7 @@ fn describe() {
     );
     describe_counter!(
         FENCED,
-        "Batches refused by the offset fence (another owner, or a moved position)"
+        "Batch commits refused because another owner's epoch holds a partition (retries are not counted)"
     );
     describe_counter!(DEAD_LETTERS, "Records written to kafka_dead_letters");
     describe_counter!(REBALANCES, "Partition assignments and revocations handled");

@@ -142,6 +142,16 @@ UPDATE kafka_offsets AS o
    AND o.owner_epoch = v.epoch
    AND o.next_offset IS NOT DISTINCT FROM v.expected";
 
+/// How many of a batch's partitions another claim (or an operator's reset) has taken: their
+/// epoch is no longer the batch's. Run after a compare-and-set matched too few rows, to tell a
+/// batch fenced by another owner from one queued behind a batch that failed.
+const EPOCH_MOVED_SQL: &str = "
+SELECT count(*)
+  FROM kafka_offsets AS o
+  JOIN UNNEST($2::text[], $3::int4[], $4::int8[]) AS v(topic, partition, epoch)
+    ON o.topic = v.topic AND o.partition = v.partition
+ WHERE o.consumer_group = $1 AND o.owner_epoch <> v.epoch";
+
 /// SQLSTATE of `lock_timeout` expiring.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
@@ -287,6 +297,39 @@ impl OffsetStore {
         tx.commit().await?;
         Ok(true)
     }
+}
+
+/// Why a compare-and-set matched fewer partitions than its batch holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another consumer (or an operator's reset) holds a newer epoch: the partition is lost.
+    Fenced,
+    /// The epochs are ours but a stored position is not what the batch expected: it was queued
+    /// behind a batch that failed and never committed. A retry, not a fence.
+    Stale,
+}
+
+/// Tells a fence from a stale expectation, in the writer's open transaction.
+pub async fn refusal(
+    conn: &mut PgConnection,
+    group: &str,
+    advances: &[OffsetAdvance],
+) -> Result<Refusal, sqlx::Error> {
+    let topics: Vec<&str> = advances.iter().map(|a| &*a.tp.topic).collect();
+    let partitions: Vec<i32> = advances.iter().map(|a| a.tp.partition).collect();
+    let epochs: Vec<i64> = advances.iter().map(|a| a.epoch).collect();
+    let moved: i64 = sqlx::query_scalar(EPOCH_MOVED_SQL)
+        .bind(group)
+        .bind(&topics)
+        .bind(&partitions)
+        .bind(&epochs)
+        .fetch_one(conn)
+        .await?;
+    Ok(if moved > 0 {
+        Refusal::Fenced
+    } else {
+        Refusal::Stale
+    })
 }
 
 /// Runs the fenced compare-and-set inside a writer's open transaction and returns how many

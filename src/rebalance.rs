@@ -44,6 +44,11 @@ impl SinkContext {
         }
     }
 
+    /// For the poll loop: how long authentication with the brokers has been failing.
+    pub fn kafka_auth_failure(&self) -> Option<(Duration, String)> {
+        self.health.kafka_auth_failure()
+    }
+
     /// The pipeline; a panic elsewhere must not hide the state from the shutdown path.
     pub fn pipeline(&self) -> std::sync::MutexGuard<'_, Pipeline> {
         self.pipeline.lock().unwrap_or_else(|e| e.into_inner())
@@ -64,7 +69,18 @@ impl ClientContext for SinkContext {
         }
     }
 
+    /// Authentication failures are remembered: retrying cannot fix a wrong password, so the
+    /// poll loop stops the sink once they have lasted `kafka.auth_failure_timeout`.
     fn error(&self, error: KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode;
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
+        ) {
+            tracing::error!(target: "librdkafka", error = %error, "{reason}");
+            self.health.set_kafka_auth_failed(reason);
+            return;
+        }
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
     }
 
@@ -209,6 +225,26 @@ impl PartitionControl for BaseConsumer<SinkContext> {
     fn watermarks(&self, tp: &TopicPartition) -> Result<(i64, i64), String> {
         self.fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
             .map_err(|e| e.to_string())
+    }
+
+    fn positions(&self, tps: &[TopicPartition]) -> Vec<Option<i64>> {
+        // One call for the whole assignment: it reads librdkafka's local state, no request.
+        let all = match Consumer::position(self) {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read consumer positions");
+                return vec![None; tps.len()];
+            }
+        };
+        tps.iter()
+            .map(|tp| {
+                all.find_partition(&tp.topic, tp.partition)
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(n) => Some(n),
+                        _ => None,
+                    })
+            })
+            .collect()
     }
 
     fn pause(&self, tps: &[TopicPartition]) {

@@ -33,6 +33,17 @@ pub async fn connect_pool(settings: &Settings) -> anyhow::Result<PgPool> {
         .parse::<PgConnectOptions>()
         .context("postgres.url")?
         .application_name(APPLICATION_NAME)
+        // Claims, rereads and table descriptions run on the consumer thread: none may run
+        // unbounded there.
+        .options([(
+            "statement_timeout",
+            settings
+                .postgres
+                .statement_timeout
+                .as_millis()
+                .max(1)
+                .to_string(),
+        )])
         .log_statements(tracing::log::LevelFilter::Trace);
     PgPoolOptions::new()
         .max_connections(2)
@@ -118,9 +129,17 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         },
     };
     let (results_tx, results_rx) = std::sync::mpsc::channel();
-    let lanes = (0..settings.postgres.writers)
-        .map(|i| Lane::spawn(i, writer_config.clone(), results_tx.clone(), &runtime))
-        .collect();
+    let (lanes, writer_tasks): (Vec<Lane>, Vec<_>) = (0..settings.postgres.writers)
+        .map(|i| {
+            Lane::spawn(
+                i,
+                writer_config.clone(),
+                settings.batch.max_in_flight,
+                results_tx.clone(),
+                &runtime,
+            )
+        })
+        .unzip();
     drop(results_tx);
     let stats = Arc::new(Stats::default());
     let summary = stats.clone();
@@ -159,6 +178,8 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         stats,
         health: health.clone(),
         mirror_commits: settings.kafka.mirror_commits,
+        db_timeout: settings.postgres.statement_timeout + settings.postgres.connect_timeout,
+        claim_budget: settings.kafka.max_poll_interval() / 2,
     });
     let topics = pipeline.subscription();
     let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);
@@ -167,14 +188,20 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         .context("creating the Kafka consumer")?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let thread_shutdown = shutdown.clone();
+    let auth_failure_timeout = settings.kafka.auth_failure_timeout;
     std::thread::Builder::new()
         .name("kafka-consumer".into())
         .spawn(move || {
-            let result = consumer::run(consumer, topics, thread_shutdown);
+            let result = consumer::run(consumer, topics, thread_shutdown, auth_failure_timeout);
             let _ = done_tx.send(result);
         })
         .context("starting the consumer thread")?;
     let result = done_rx.await.context("the consumer thread panicked")?;
+    // The pipeline (and with it every lane's queue) is gone with the consumer: the writers
+    // finish what they hold and end; wait for them so nothing runs past the summary.
+    for task in writer_tasks {
+        let _ = task.await;
+    }
     summary.log_summary();
     // Stop the progress line and anything else still waiting.
     shutdown.trigger();

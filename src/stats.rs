@@ -8,6 +8,31 @@ use std::time::{Duration, Instant};
 use crate::meters;
 use crate::shutdown::Shutdown;
 
+/// Why a batch transaction did not commit: the `reason` label of the failure counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Connection, server or timeout trouble; the outcome is re-read.
+    Transient,
+    /// Another owner's epoch refused the advance: the only failure `fenced_commits_total` counts.
+    Fenced,
+    /// Queued behind a failed batch, so its expected position never came to be.
+    Stale,
+    /// PostgreSQL refused the data.
+    Rejected,
+}
+
+impl Failure {
+    /// The metric label, as README's metrics table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Failure::Transient => "transient",
+            Failure::Fenced => "fenced",
+            Failure::Stale => "stale",
+            Failure::Rejected => "rejected",
+        }
+    }
+}
+
 /// What the sink has done since it started.
 #[derive(Default, Debug)]
 pub struct Stats {
@@ -67,10 +92,10 @@ impl Stats {
     }
 
     /// A batch that failed and will be rewound and retried.
-    pub fn failed_batch(&self, reason: &'static str) {
+    pub fn failed_batch(&self, reason: Failure) {
         Self::add(&self.batches_failed, 1);
-        metrics::counter!(meters::BATCH_FAILURES, "reason" => reason).increment(1);
-        if reason == "fenced" {
+        metrics::counter!(meters::BATCH_FAILURES, "reason" => reason.label()).increment(1);
+        if reason == Failure::Fenced {
             Self::add(&self.fenced, 1);
             metrics::counter!(meters::FENCED).increment(1);
         }

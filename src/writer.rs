@@ -24,8 +24,10 @@ use rdkafka::producer::FutureProducer;
 pub enum Outcome {
     Committed,
     /// The compare-and-set matched fewer partitions than the batch holds: another consumer
-    /// owns one of them now, or the stored offset moved. Rolled back.
-    Fenced {
+    /// owns one of them now (`Fenced`), or a position is not the one the batch expected
+    /// (`Stale`: queued behind a batch that failed). Rolled back.
+    Refused {
+        why: offsets::Refusal,
         matched: u64,
         expected: usize,
     },
@@ -87,32 +89,73 @@ impl WriterConfig {
     }
 }
 
-/// The writer task has stopped; the batch was not handed over.
+/// What a writer tells the consumer thread.
 #[derive(Debug)]
-pub struct WriterGone;
+pub enum WriterEvent {
+    /// The outcome of one batch.
+    Done(WriteResult),
+    /// The writer task ended while the sink still needed it (it panicked): every batch it held
+    /// is unanswered, so the sink must stop rather than wait.
+    Gone { lane: usize, reason: String },
+}
 
-/// The consumer thread's handle on one writer.
+/// Why a batch could not be handed to its writer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// More batches than `max_in_flight` are queued: the caller's accounting is wrong.
+    Full,
+    /// The writer task has stopped.
+    Gone,
+}
+
+/// The consumer thread's handle on one writer. The queue holds at most `max_in_flight`
+/// batches, the same bound the consumer thread keeps, so memory cannot grow past it.
 pub struct Lane {
-    sender: mpsc::UnboundedSender<Batch>,
+    sender: mpsc::Sender<Batch>,
 }
 
 impl Lane {
-    /// Starts a writer task; its results arrive on `results`.
+    /// Starts a writer task and its supervisor; results (and the writer's death) arrive on
+    /// `events`. Join the returned handle at shutdown: it ends when the writer does.
     pub fn spawn(
         id: usize,
         config: WriterConfig,
-        results: std_mpsc::Sender<WriteResult>,
+        max_in_flight: usize,
+        events: std_mpsc::Sender<WriterEvent>,
         runtime: &tokio::runtime::Handle,
-    ) -> Self {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        runtime.spawn(run(id, config, receiver, results));
-        Self { sender }
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (sender, receiver) = mpsc::channel(max_in_flight.max(1));
+        let writer = runtime.spawn(run(id, config, receiver, events.clone()));
+        let supervisor = runtime.spawn(async move {
+            let reason = match writer.await {
+                // The queue closed: the consumer thread is done with this writer.
+                Ok(()) => return,
+                Err(e) if e.is_panic() => panic_message(e.into_panic()),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(lane = id, %reason, "writer task died");
+            let _ = events.send(WriterEvent::Gone { lane: id, reason });
+        });
+        (Self { sender }, supervisor)
     }
 
-    /// Hands a sealed batch to the writer. Fails only if the writer task is gone.
-    pub fn send(&self, batch: Batch) -> Result<(), WriterGone> {
-        self.sender.send(batch).map_err(|_| WriterGone)
+    /// Hands a sealed batch to the writer without waiting.
+    pub fn send(&self, batch: Batch) -> Result<(), SendError> {
+        self.sender.try_send(batch).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Full,
+            mpsc::error::TrySendError::Closed(_) => SendError::Gone,
+        })
     }
+}
+
+/// A panic's message, for the error that stops the sink.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    format!("panicked: {text}")
 }
 
 /// A writer's connection and what it has set up on it.
@@ -127,11 +170,15 @@ struct Session {
 async fn run(
     id: usize,
     config: WriterConfig,
-    mut batches: mpsc::UnboundedReceiver<Batch>,
-    results: std_mpsc::Sender<WriteResult>,
+    mut batches: mpsc::Receiver<Batch>,
+    results: std_mpsc::Sender<WriterEvent>,
 ) {
     let mut session: Option<Session> = None;
+    #[cfg(debug_assertions)]
+    let mut fault = fault::WriterPanic::from_env(id);
     while let Some(batch) = batches.recv().await {
+        #[cfg(debug_assertions)]
+        fault.before_batch();
         let started = Instant::now();
         let mut dead_letters = 0;
         let outcome = match write(&mut session, &config, &batch).await {
@@ -168,7 +215,7 @@ async fn run(
                 .collect(),
             offsets: batch.offsets.clone(),
         };
-        if results.send(result).is_err() {
+        if results.send(WriterEvent::Done(result)).is_err() {
             break;
         }
     }
@@ -202,8 +249,12 @@ async fn write(
         .await
         .map_err(classify)?;
     if matched != batch.offsets.len() as u64 {
+        let why = offsets::refusal(&mut tx, &config.group, &batch.offsets)
+            .await
+            .map_err(classify)?;
         let _ = tx.rollback().await;
-        return Err(Outcome::Fenced {
+        return Err(Outcome::Refused {
+            why,
             matched,
             expected: batch.offsets.len(),
         });
@@ -358,5 +409,36 @@ fn classify(e: sqlx::Error) -> Outcome {
             }
         }
         _ => Outcome::Transient(e.to_string()),
+    }
+}
+
+/// Fault injection for the integration tests, compiled into debug builds only: a writer that
+/// dies must stop the sink, never hang it, and nothing else can make a writer panic on purpose.
+#[cfg(debug_assertions)]
+mod fault {
+    /// `KPS_FAULT_WRITER_PANIC=<lane>:<batches>` panics writer `lane` before its next batch
+    /// once it has committed `batches`.
+    pub(super) struct WriterPanic {
+        after: Option<u64>,
+        seen: u64,
+    }
+
+    impl WriterPanic {
+        /// Reads the variable once, when the writer starts.
+        pub(super) fn from_env(lane: usize) -> Self {
+            let after = std::env::var("KPS_FAULT_WRITER_PANIC").ok().and_then(|v| {
+                let (l, n) = v.split_once(':')?;
+                (l.parse::<usize>().ok()? == lane).then(|| n.parse().ok())?
+            });
+            Self { after, seen: 0 }
+        }
+
+        /// Panics when the count is reached.
+        pub(super) fn before_batch(&mut self) {
+            if self.after.is_some_and(|n| self.seen >= n) {
+                panic!("fault injected by KPS_FAULT_WRITER_PANIC");
+            }
+            self.seen += 1;
+        }
     }
 }

@@ -3,6 +3,7 @@
 use rdkafka::Offset;
 
 use super::{backoff, start_offset, Fatal, PartitionControl, PartitionState, Pipeline, Status};
+use crate::config::ResetPolicy;
 use crate::offsets::TopicPartition;
 
 impl Pipeline {
@@ -37,8 +38,9 @@ impl Pipeline {
             self.revoke(&held);
         }
         let mut attempt = 0;
+        let started = std::time::Instant::now();
         let claims = loop {
-            match self.runtime.block_on(self.store.claim(&tps)) {
+            match self.db("claiming partitions", self.store.claim(&tps)) {
                 Ok(claims) => break claims,
                 Err(e) => {
                     attempt += 1;
@@ -46,6 +48,14 @@ impl Pipeline {
                         return Vec::new();
                     }
                     let delay = backoff(&self.limits, attempt);
+                    if started.elapsed() + delay >= self.claim_budget {
+                        // Nothing is assigned: no partition starts anywhere but its stored offset.
+                        self.set_fatal(Fatal::Other(format!(
+                            "cannot claim the assigned partitions in PostgreSQL for {:?} (last error: {e}); stopping before max.poll.interval.ms drops this consumer from the group",
+                            started.elapsed()
+                        )));
+                        return Vec::new();
+                    }
                     tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot claim assigned partitions in PostgreSQL; retrying");
                     std::thread::sleep(delay);
                 }
@@ -53,6 +63,9 @@ impl Pipeline {
         };
         let mut starts = Vec::with_capacity(claims.len());
         for mut claim in claims {
+            if claim.next_offset.is_none() && self.reset == ResetPolicy::Latest {
+                claim.next_offset = self.resolve_latest(ctl, &claim.tp, claim.epoch);
+            }
             // A stored position outside the partition's range would make librdkafka jump.
             if let Some(stored) = claim.next_offset {
                 match self.check_range(ctl, &claim.tp, claim.epoch, stored) {
@@ -84,6 +97,7 @@ impl Pipeline {
                     status,
                     sealed_next: claim.next_offset,
                     open_last: None,
+                    position_trusted: false,
                 },
             );
             starts.push((claim.tp, offset));
@@ -91,6 +105,47 @@ impl Pipeline {
         self.health.set_assigned(self.partitions.len());
         self.stats.rebalance("assign", self.partitions.len());
         starts
+    }
+
+    /// `latest` for a partition never committed, pinned to a concrete offset and stored under
+    /// the new epoch: a rewind before the first commit (or a restart) must return to where
+    /// reading began, not to a newer end that would skip what was fetched but not written.
+    /// `None` (start at the end, unpinned) only when the broker or the database cannot answer.
+    fn resolve_latest(
+        &mut self,
+        ctl: &dyn PartitionControl,
+        tp: &TopicPartition,
+        epoch: i64,
+    ) -> Option<i64> {
+        let high = match ctl.watermarks(tp) {
+            Ok((_, high)) => high,
+            Err(e) => {
+                tracing::warn!(%tp, error = %e, "cannot read the end offset to pin kafka.auto_offset_reset = \"latest\"; starting at the end unpinned");
+                return None;
+            }
+        };
+        let moved = self.db(
+            "pinning a start offset",
+            self.store.move_offset(
+                tp,
+                epoch,
+                None,
+                high,
+                "auto_offset_reset",
+                "kafka.auto_offset_reset = latest: first position of a partition never committed",
+            ),
+        );
+        match moved {
+            Ok(true) => {
+                tracing::info!(%tp, next_offset = high, "no stored offset: starting at the end, pinned");
+                Some(high)
+            }
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(%tp, error = %e, "cannot store the pinned start offset; starting at the end unpinned");
+                None
+            }
+        }
     }
 
     /// Gives partitions up: what is buffered for them is committed (or fails) before this

@@ -8,6 +8,7 @@
 //! touched by one thread at a time; the mutex around it is never contended.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,10 +22,10 @@ use crate::config::{BatchSettings, ResetPolicy};
 use crate::dead_letter::{DeadLetter, ErrorKind, OwnedRecord};
 use crate::health::Health;
 use crate::mapping::{EncodeError, MapError, RecordView, TopicMapper};
-use crate::offsets::{OffsetAdvance, OffsetStore, TopicPartition};
+use crate::offsets::{OffsetAdvance, OffsetStore, Refusal, TopicPartition};
 use crate::routing::Router;
-use crate::stats::Stats;
-use crate::writer::{Lane, Outcome, WriteResult};
+use crate::stats::{Failure, Stats};
+use crate::writer::{Lane, Outcome, SendError, WriteResult, WriterEvent};
 use sqlx::PgPool;
 
 mod assignment;
@@ -46,6 +47,11 @@ pub trait PartitionControl {
     fn restart_at(&self, tp: &TopicPartition, offset: Offset) -> Result<(), String>;
     /// Commits positions to the Kafka group, asynchronously (`kafka.mirror_commits`).
     fn commit_to_kafka(&self, positions: &[(TopicPartition, i64)]);
+    /// The consumer's position in each partition, in the order asked: the offset after the
+    /// last record *or control marker* handed to the application since its last assign or
+    /// seek; `None` before the first one. Transaction markers and aborted records move it
+    /// without ever reaching `on_record`.
+    fn positions(&self, tps: &[TopicPartition]) -> Vec<Option<i64>>;
 }
 
 /// A topic and the mapping of its records onto its table.
@@ -79,6 +85,10 @@ struct PartitionState {
     sealed_next: Option<i64>,
     /// Last offset in the lane's open batch, if the partition has records there.
     open_last: Option<i64>,
+    /// Whether the consumer's position now reflects this assignment (or rewind): librdkafka
+    /// resets it when a fetch restarts, but an unassign is applied asynchronously, so until a
+    /// record arrives or the position reads as unset once, it may still be the old one.
+    position_trusted: bool,
 }
 
 impl PartitionState {
@@ -99,6 +109,8 @@ struct LaneState {
     failures: u32,
     /// Set while the lane's partitions wait to be re-read and rewound.
     retry_at: Option<Instant>,
+    /// The writer task died: nothing in flight will be answered, nothing more can be sent.
+    gone: bool,
 }
 
 /// Why the sink must stop; reported after everything complete is committed.
@@ -125,8 +137,8 @@ pub enum Fatal {
         high: i64,
         why: &'static str,
     },
-    #[error("a writer task stopped unexpectedly")]
-    WriterGone,
+    #[error("writer {lane} stopped unexpectedly ({reason}); what it had not committed is read again at the next start, from the stored offsets")]
+    WriterGone { lane: usize, reason: String },
     #[error("{0}")]
     Other(String),
 }
@@ -141,7 +153,7 @@ pub struct Pipeline {
     catalog: PgPool,
     partitions: HashMap<(usize, i32), PartitionState>,
     lanes: Vec<LaneState>,
-    results: std_mpsc::Receiver<WriteResult>,
+    results: std_mpsc::Receiver<WriterEvent>,
     store: Arc<OffsetStore>,
     runtime: tokio::runtime::Handle,
     limits: BatchSettings,
@@ -162,6 +174,13 @@ pub struct Pipeline {
     /// When the owned partitions' epochs were last compared with the database, to notice an
     /// operator's reset even when no record arrives.
     last_epoch_check: Instant,
+    /// When positions were last compared with the cursors, for offsets that carry no record.
+    last_gap_check: Instant,
+    /// The longest any one database call of the consumer thread may take.
+    db_timeout: Duration,
+    /// How long a rebalance may keep retrying its claim before the sink gives up: below
+    /// `max.poll.interval.ms`, so the group never drops a member stuck in the callback unseen.
+    claim_budget: Duration,
 }
 
 /// Everything the pipeline is built from.
@@ -170,7 +189,7 @@ pub struct PipelineParts {
     pub router: Router,
     pub catalog: PgPool,
     pub lanes: Vec<Lane>,
-    pub results: std_mpsc::Receiver<WriteResult>,
+    pub results: std_mpsc::Receiver<WriterEvent>,
     pub store: Arc<OffsetStore>,
     pub runtime: tokio::runtime::Handle,
     pub limits: BatchSettings,
@@ -179,6 +198,8 @@ pub struct PipelineParts {
     pub stats: Arc<Stats>,
     pub health: Arc<Health>,
     pub mirror_commits: bool,
+    pub db_timeout: Duration,
+    pub claim_budget: Duration,
 }
 
 impl Pipeline {
@@ -200,6 +221,7 @@ impl Pipeline {
                 in_flight: 0,
                 failures: 0,
                 retry_at: None,
+                gone: false,
             })
             .collect();
         Self {
@@ -225,6 +247,32 @@ impl Pipeline {
             health: parts.health,
             last_publish: Instant::now(),
             last_epoch_check: Instant::now(),
+            last_gap_check: Instant::now(),
+            db_timeout: parts.db_timeout,
+            claim_budget: parts.claim_budget,
+        }
+    }
+
+    /// Every database call the consumer thread makes goes through here, bounded by
+    /// `db_timeout` on the client side as well (a statement timeout cannot fire when the server
+    /// or the network stops answering), so a hung database cannot hold `poll` unnoticed.
+    fn db<T, E: fmt::Display>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
+        let limit = self.db_timeout;
+        // The timer must be made inside the runtime: this thread is not one of its workers.
+        match self
+            .runtime
+            .block_on(async move { tokio::time::timeout(limit, call).await })
+        {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(format!("{e:#}")),
+            Err(_) => Err(format!(
+                "PostgreSQL did not answer within {:?} ({what})",
+                self.db_timeout
+            )),
         }
     }
 
@@ -249,9 +297,11 @@ impl Pipeline {
             })?
             .clone();
         let mapper = self
-            .runtime
-            .block_on(TopicMapper::load(&self.catalog, &settings, topic))
-            .map_err(|e| Fatal::Other(format!("{e:#}")))?;
+            .db(
+                "describing a table",
+                TopicMapper::load(&self.catalog, &settings, topic),
+            )
+            .map_err(Fatal::Other)?;
         tracing::info!(%topic, table = %mapper.table(), "new topic routed");
         self.routes.push(Route {
             topic: topic.clone(),
@@ -335,6 +385,7 @@ impl Pipeline {
         }
         Stats::add(&self.stats.records_consumed, 1);
         self.routes[route].consumed += 1;
+        p.position_trusted = true;
         let lane_idx = p.lane;
         let mut encoded = self.encode_into(lane_idx, route, record);
         if encoded == Err(EncodeError::ShapeChanged) {
@@ -430,8 +481,13 @@ impl Pipeline {
     }
 
     /// Closes a lane's open batch and hands it to its writer, waiting if the writer is full.
+    /// A batch with members but no records still commits: it advances past offsets that hold
+    /// no record (transaction markers, aborted records).
     fn seal_and_send(&mut self, lane_idx: usize) {
-        if self.lanes[lane_idx].open.is_empty() {
+        if self.lanes[lane_idx].members.is_empty() {
+            return;
+        }
+        if self.lanes[lane_idx].gone {
             return;
         }
         let members = std::mem::take(&mut self.lanes[lane_idx].members);
@@ -476,11 +532,13 @@ impl Pipeline {
             records = batch.records,
             "batch sealed"
         );
-        if self.lanes[lane_idx].lane.send(batch).is_err() {
-            self.set_fatal(Fatal::WriterGone);
-            return;
+        match self.lanes[lane_idx].lane.send(batch) {
+            Ok(()) => self.lanes[lane_idx].in_flight += 1,
+            Err(SendError::Gone) => self.writer_gone(lane_idx, "its queue is closed".into()),
+            Err(SendError::Full) => self.set_fatal(Fatal::Other(format!(
+                "writer {lane_idx}'s queue is full although fewer than max_in_flight batches are in flight"
+            ))),
         }
-        self.lanes[lane_idx].in_flight += 1;
     }
 
     /// Seals every batch that has waited `max_wait`; returns when the next one is due.
@@ -514,23 +572,54 @@ impl Pipeline {
 
     /// Applies every result that has arrived, without blocking.
     pub fn poll_results(&mut self) {
-        while let Ok(result) = self.results.try_recv() {
-            self.apply(result);
+        while let Ok(event) = self.results.try_recv() {
+            self.on_event(event);
         }
     }
 
     /// Blocks for one result; false if the writers are gone.
     fn wait_for_result(&mut self) -> bool {
         match self.results.recv() {
-            Ok(result) => {
-                self.apply(result);
+            Ok(event) => {
+                self.on_event(event);
                 true
             }
             Err(_) => {
-                self.set_fatal(Fatal::WriterGone);
+                for i in 0..self.lanes.len() {
+                    self.writer_gone(i, "every writer has stopped".into());
+                }
                 false
             }
         }
+    }
+
+    /// A result, or a writer's death.
+    fn on_event(&mut self, event: WriterEvent) {
+        match event {
+            WriterEvent::Done(result) => self.apply(result),
+            WriterEvent::Gone { lane, reason } => self.writer_gone(lane, reason),
+        }
+    }
+
+    /// A dead writer stops the sink: its batches will never be answered, so waiting for them
+    /// would hang. What it committed is in the database; the rest is read again at restart.
+    fn writer_gone(&mut self, lane_idx: usize, reason: String) {
+        let lane = &mut self.lanes[lane_idx];
+        if lane.gone {
+            return;
+        }
+        lane.gone = true;
+        lane.in_flight = 0;
+        lane.open.clear();
+        lane.members.clear();
+        for p in self.partitions.values_mut().filter(|p| p.lane == lane_idx) {
+            p.status = Status::Fenced;
+            p.open_last = None;
+        }
+        self.set_fatal(Fatal::WriterGone {
+            lane: lane_idx,
+            reason,
+        });
     }
 
     /// Waits until the selected lanes have nothing in flight.
@@ -546,6 +635,9 @@ impl Pipeline {
     /// the consumer thread.
     fn apply(&mut self, result: WriteResult) {
         let lane_idx = result.lane;
+        if self.lanes[lane_idx].gone {
+            return;
+        }
         self.lanes[lane_idx].in_flight -= 1;
         match result.outcome {
             Outcome::Committed => {
@@ -569,18 +661,31 @@ impl Pipeline {
                     "batch committed"
                 );
             }
-            Outcome::Fenced { matched, expected } => {
-                self.stats.failed_batch("fenced");
-                tracing::warn!(lane = lane_idx, batch = %describe(&result.offsets), matched, expected, "batch fenced: a partition changed owner or position; re-reading stored offsets");
+            Outcome::Refused {
+                why: Refusal::Fenced,
+                matched,
+                expected,
+            } => {
+                self.stats.failed_batch(Failure::Fenced);
+                tracing::warn!(lane = lane_idx, batch = %describe(&result.offsets), matched, expected, "batch fenced: a partition changed owner; re-reading stored offsets");
+                self.begin_rewind(lane_idx);
+            }
+            Outcome::Refused {
+                why: Refusal::Stale,
+                ..
+            } => {
+                // Queued behind a failure that already started the rewind: not news.
+                self.stats.failed_batch(Failure::Stale);
+                tracing::debug!(lane = lane_idx, batch = %describe(&result.offsets), "batch queued behind a failed one refused; rewinding");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Transient(reason) => {
-                self.stats.failed_batch("transient");
+                self.stats.failed_batch(Failure::Transient);
                 tracing::warn!(lane = lane_idx, batch = %describe(&result.offsets), error = %reason, "batch transaction failed; nothing of it counts as written, rewinding to the stored offsets");
                 self.begin_rewind(lane_idx);
             }
             Outcome::Permanent(reason) => {
-                self.stats.failed_batch("rejected");
+                self.stats.failed_batch(Failure::Rejected);
                 self.begin_rewind(lane_idx);
                 self.set_fatal(Fatal::Rejected {
                     batch: describe(&result.offsets),
@@ -607,7 +712,60 @@ impl Pipeline {
             self.last_epoch_check = now;
             self.check_epochs();
         }
+        if now.duration_since(self.last_gap_check) >= GAP_CHECK_INTERVAL {
+            self.last_gap_check = now;
+            self.advance_past_gaps(ctl, now);
+        }
         self.recover_due(ctl, now);
+    }
+
+    /// Moves positions past offsets that carry no deliverable record: the commit or abort
+    /// marker that ends every transaction, aborted records, compaction gaps. The consumer's
+    /// position is past them, but no record reaches `on_record`, so without this the stored
+    /// position would stop short of the end for good. The gap joins the lane's open batch like a
+    /// record would (extending the partition's range there, or as a member without rows), so it
+    /// commits under the same fence, in order, and at most once per batch.
+    ///
+    /// Only called between records, never while one is being added: a record the consumer
+    /// handed over has always been taken into the open batch by then, so everything below the
+    /// position is either in a batch or was never deliverable.
+    fn advance_past_gaps(&mut self, ctl: &dyn PartitionControl, now: Instant) {
+        let active: Vec<((usize, i32), TopicPartition)> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.status == Status::Active)
+            .map(|(k, p)| (*k, p.tp.clone()))
+            .collect();
+        if active.is_empty() {
+            return;
+        }
+        let tps: Vec<TopicPartition> = active.iter().map(|(_, tp)| tp.clone()).collect();
+        let positions = ctl.positions(&tps);
+        for ((key, _), position) in active.into_iter().zip(positions) {
+            let Some(p) = self.partitions.get_mut(&key) else {
+                continue;
+            };
+            let Some(position) = position else {
+                p.position_trusted = true;
+                continue;
+            };
+            if !p.position_trusted {
+                continue;
+            }
+            // Without a cursor (never committed, nothing taken yet) everything below the
+            // position since the start was undeliverable; the compare-and-set expects NULL.
+            let cursor = p.cursor();
+            if cursor.is_some_and(|c| position <= c) {
+                continue;
+            }
+            tracing::trace!(tp = %p.tp, from = ?cursor, to = position, "advancing past offsets without records");
+            let lane = &mut self.lanes[p.lane];
+            if p.open_last.is_none() {
+                lane.members.push(key);
+                lane.open.opened_at.get_or_insert(now);
+            }
+            p.open_last = Some(position - 1);
+        }
     }
 
     /// Commits the positions PostgreSQL has committed to the Kafka group as well, for Kafka's
@@ -643,6 +801,9 @@ fn describe(offsets: &[OffsetAdvance]) -> String {
 
 /// How often owned partitions are compared with the database for operators' resets.
 const EPOCH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often consumer positions are compared with the cursors (a local call, no request).
+const GAP_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Where a partition starts: its stored offset, else what the reset policy says.
 fn start_offset(stored: Option<i64>, reset: ResetPolicy) -> Option<Offset> {

@@ -45,7 +45,7 @@ impl Pipeline {
         if owned.is_empty() {
             return;
         }
-        let Ok(stored) = self.runtime.block_on(self.store.read(&owned)) else {
+        let Ok(stored) = self.db("reading positions", self.store.read(&owned)) else {
             return; // The database is away; the writers will notice.
         };
         let mut lanes = Vec::new();
@@ -104,7 +104,7 @@ impl Pipeline {
             self.lanes[lane_idx].retry_at = None;
             return;
         }
-        let stored = match self.runtime.block_on(self.store.read(&rewinding)) {
+        let stored = match self.db("reading positions", self.store.read(&rewinding)) {
             Ok(stored) => stored,
             Err(e) => {
                 let lane = &mut self.lanes[lane_idx];
@@ -146,7 +146,7 @@ impl Pipeline {
         // An operator moved these positions (`offsets reset`): take them back and continue
         // from where the operator put them.
         if !reclaim.is_empty() {
-            match self.runtime.block_on(self.store.claim(&reclaim)) {
+            match self.db("claiming reset partitions", self.store.claim(&reclaim)) {
                 Ok(claims) => {
                     for claim in claims {
                         let Some(p) = self.state_mut(&claim.tp) else {
@@ -200,6 +200,7 @@ impl Pipeline {
             }
             if let Some(p) = self.state_mut(tp) {
                 p.status = Status::Active;
+                p.position_trusted = false;
             }
         }
         let lane = &mut self.lanes[lane_idx];
@@ -259,14 +260,11 @@ impl Pipeline {
             ResetPolicy::Latest => high,
         };
         let detail = format!("stored {stored} outside {low}..{high}: {why}");
-        match self.runtime.block_on(self.store.move_offset(
-            tp,
-            epoch,
-            Some(stored),
-            to,
-            "out_of_range_reset",
-            &detail,
-        )) {
+        match self.db(
+            "moving an out-of-range position",
+            self.store
+                .move_offset(tp, epoch, Some(stored), to, "out_of_range_reset", &detail),
+        ) {
             Ok(true) => {
                 tracing::error!(%tp, from = stored, to, low, high, why, "offset out of range: moved by kafka.offset_out_of_range; recorded in kafka_offset_events");
                 Ok(to)

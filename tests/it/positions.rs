@@ -1,0 +1,200 @@
+//! Positions reach the end: offsets that carry no record (transaction markers, aborted
+//! records) are committed past, and a start at `latest` is pinned so a rewind cannot skip.
+
+use std::time::Duration;
+
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use sqlx::Executor;
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::{client_config, order_json, produce_orders, producer, TestTopic};
+use crate::helpers::orders::assert_orders_are;
+use crate::helpers::services::services;
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
+use crate::helpers::*;
+
+/// Ids of aborted records start here, so one showing up in the table is plain to see.
+const ABORTED: i64 = 1_000_000;
+
+/// A real transactional producer (librdkafka's, with a `transactional.id`).
+fn transactional_producer() -> FutureProducer {
+    let producer: FutureProducer = client_config()
+        .set(
+            "transactional.id",
+            format!("kps-test-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("transaction.timeout.ms", "60000")
+        .create()
+        .expect("transactional producer");
+    // The first transactional producer on a fresh broker creates __transaction_state; the
+    // coordinator may answer "not coordinator" for a few seconds.
+    let mut attempt = 0;
+    loop {
+        match producer.init_transactions(Duration::from_secs(30)) {
+            Ok(()) => break,
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                eprintln!("init_transactions: {e}; retrying");
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            Err(e) => panic!("init_transactions: {e}"),
+        }
+    }
+    producer
+}
+
+/// One transaction of orders `ids` (order `id` to partition `id % partitions`), committed or
+/// aborted. Flushed first either way, so aborted records really are in the log.
+async fn transaction(producer: &FutureProducer, topic: &TestTopic, ids: &[i64], commit: bool) {
+    producer.begin_transaction().expect("begin transaction");
+    let mut pending = Vec::new();
+    for &id in ids {
+        let value = order_json(id);
+        let key = id.to_string();
+        let record = FutureRecord::to(&topic.name)
+            .partition((id % topic.partitions as i64) as i32)
+            .key(&key)
+            .payload(&value);
+        pending.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| e)
+                .expect("queue"),
+        );
+    }
+    for delivery in pending {
+        delivery.await.expect("delivery").expect("acknowledged");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    if commit {
+        producer
+            .commit_transaction(Duration::from_secs(30))
+            .expect("commit transaction");
+    } else {
+        producer
+            .abort_transaction(Duration::from_secs(30))
+            .expect("abort transaction");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn positions_reach_the_end_of_topics_written_by_transactional_producers() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(3).await;
+    let producer = tokio::task::spawn_blocking(transactional_producer)
+        .await
+        .unwrap();
+
+    // Committed and aborted transactions interleaved, the topic ending in an abort; every
+    // transaction leaves a marker on each partition it wrote to.
+    let mut committed = Vec::new();
+    let mut next_id = 0i64;
+    let mut aborted_id = ABORTED;
+    for t in 0..9 {
+        if t % 3 == 2 {
+            let ids: Vec<i64> = (aborted_id..aborted_id + 30).collect();
+            aborted_id += 30;
+            transaction(&producer, &topic, &ids, false).await;
+        } else {
+            let ids: Vec<i64> = (next_id..next_id + 60).collect();
+            next_id += 60;
+            transaction(&producer, &topic, &ids, true).await;
+            committed.extend(ids);
+        }
+    }
+
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let mut sink = Sink::start(&config, "sink");
+    // The end offsets include the markers: only an advance past them reaches these.
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
+    assert_orders_are(&db, "orders", &committed).await;
+
+    // While running: another committed transaction, then an aborted one on every partition.
+    let ids: Vec<i64> = (next_id..next_id + 30).collect();
+    transaction(&producer, &topic, &ids, true).await;
+    committed.extend(ids);
+    let ids: Vec<i64> = (aborted_id..aborted_id + 30).collect();
+    transaction(&producer, &topic, &ids, false).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
+    assert_orders_are(&db, "orders", &committed).await;
+    assert_offset_history_is_a_chain(&db).await;
+
+    // No lag is left: the CLI's alert stays quiet at --max-lag 0.
+    let file = ConfigFile::new(&config.toml());
+    let lag = run_cli(&["lag", "--config", file.arg(), "--max-lag", "0"]).await;
+    assert!(
+        lag.status.success(),
+        "lag reports a stuck position:\n{}{}",
+        lag.stdout,
+        lag.stderr
+    );
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rewind_before_the_first_commit_under_latest_rereads_instead_of_skipping() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    // History before the sink starts: `latest` skips it.
+    produce_orders(&producer(), &topic, 0, 100).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.reset = "latest";
+    let mut sink = Sink::start(&config, "sink");
+    wait_until(
+        "the partition to be claimed",
+        Duration::from_secs(60),
+        || async {
+            sink.logs().contains("assigned") && sink.logs().contains(&format!("{}/0", topic.name))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The first batch waits on a lock; its session is ended, so it fails before anything
+    // was ever committed for the partition and the sink rewinds.
+    let mut blocker = db.pool.begin().await.unwrap();
+    blocker
+        .execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    produce_orders(&producer(), &topic, 100, 150).await;
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&services().admin_url)
+        .await
+        .unwrap();
+    wait_until(
+        "the sink's first batch to wait on the lock",
+        Duration::from_secs(30),
+        || async {
+            let ended: i64 = sqlx::query_scalar(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND wait_event_type = 'Lock'",
+            )
+            .bind(&db.name)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            ended > 0
+        },
+    )
+    .await;
+    blocker.rollback().await.unwrap();
+
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let expected: Vec<i64> = (100..150).collect();
+    assert_orders_are(&db, "orders", &expected).await;
+    assert!(
+        sink.logs().contains("rewound to stored offsets"),
+        "no rewind happened: the test proved nothing\n{}",
+        sink.logs_tail(30)
+    );
+    assert!(sink.stop().success());
+}
