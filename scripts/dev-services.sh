@@ -8,13 +8,20 @@
 #       PLAINTEXT 9092 (also inter-broker), CONTROLLER 9093,
 #       SASL_PLAINTEXT 9094 (PLAIN and SCRAM-SHA-512, user sink / sink-secret),
 #       SSL 9095 (server cert from the same CA; no client auth).
+#   - A Confluent-compatible Schema Registry (`up registry` only, for now): Apicurio Registry
+#     2.4.2.Final, assembled once from Maven Central jars with the Quarkus 2.16.4 Maven
+#     plugin (scripts/registry/), in-memory storage (empty at every start), Confluent API
+#     under http://127.0.0.1:18081/apis/ccompat/v7 (`env` prints SCHEMA_REGISTRY_URL).
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
-#   up [kafka|postgres]     start both, or one (idempotent); returns once they answer
-#   down [kafka|postgres]   stop both, or one (idempotent); data is kept
+#   up [kafka|postgres|registry]
+#                           start Kafka and PostgreSQL, or one service (idempotent);
+#                           returns once they answer
+#   down [kafka|postgres|registry]
+#                           stop all (the registry too), or one (idempotent); data is kept
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
 #   status                  say whether each service is running
-#   start|stop|restart kafka|postgres
+#   start|stop|restart kafka|postgres|registry
 #                           one service, for fault-injection tests; data is kept
 #   reset                   down, then wipe Kafka's data dir (next `up` formats anew);
 #                           for a named instance, also drop its PostgreSQL cluster
@@ -38,10 +45,11 @@
 #   KPS_KAFKA_CONTROLLER_PORT  default instance 9093
 #   KPS_KAFKA_SASL_PORT        default instance 9094 (SASL_PLAINTEXT)
 #   KPS_KAFKA_SSL_PORT         default instance 9095 (SSL)
+#   KPS_REGISTRY_PORT          default instance 18081 (Schema Registry, HTTP)
 # A named instance remembers the ports of its last up/start in $CACHE/run/NAME/ports.env,
 # so later commands (env, status, stop, start) need not repeat them. A port neither set
 # nor remembered is derived from the name alone: base = 20000 + 10 * (cksum(NAME) % 1000),
-# then PG base, Kafka base+1, controller base+2, SASL base+3, SSL base+4. Two names can
+# then PG base, Kafka base+1, controller base+2, SASL base+3, SSL base+4, registry base+5. Two names can
 # map to the same block, and nothing checks the ports are free before `up` does: tests
 # that run instances side by side should pass explicit ports.
 #
@@ -70,6 +78,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KAFKA_SRC_DIR=$SCRIPT_DIR/kafka # pom, log4j2 config, server.properties template
+REGISTRY_SRC_DIR=$SCRIPT_DIR/registry # pom, Maven settings, Quarkus properties
 CACHE_DIR=${KPS_CACHE_DIR:-${HOME:?HOME is not set}/.cache/kafka-pg-sink}
 
 log() { printf 'dev-services: %s\n' "$*" >&2; }
@@ -113,13 +122,13 @@ PORTS_FILE=$INSTANCE_DIR/ports.env # named instances only
 resolve_ports() {
     local -A fallback=()
     if is_default; then
-        fallback=([pg]=5432 [kafka]=9092 [controller]=9093 [sasl]=9094 [ssl]=9095)
+        fallback=([pg]=5432 [kafka]=9092 [controller]=9093 [sasl]=9094 [ssl]=9095 [registry]=18081)
     else
         local sum base key value
         sum=$(printf '%s' "$INSTANCE" | cksum | cut -d' ' -f1)
         base=$((20000 + 10 * (sum % 1000)))
         fallback=([pg]=$base [kafka]=$((base + 1)) [controller]=$((base + 2))
-            [sasl]=$((base + 3)) [ssl]=$((base + 4)))
+            [sasl]=$((base + 3)) [ssl]=$((base + 4)) [registry]=$((base + 5)))
         if [[ -f $PORTS_FILE ]]; then
             while IFS='=' read -r key value; do
                 [[ -n $key && -n ${fallback[$key]+x} && $value =~ ^[0-9]+$ ]] && fallback[$key]=$value
@@ -131,9 +140,10 @@ resolve_ports() {
     KAFKA_CONTROLLER_PORT=${KPS_KAFKA_CONTROLLER_PORT:-${fallback[controller]}}
     KAFKA_SASL_PORT=${KPS_KAFKA_SASL_PORT:-${fallback[sasl]}}
     KAFKA_SSL_PORT=${KPS_KAFKA_SSL_PORT:-${fallback[ssl]}}
+    REGISTRY_PORT=${KPS_REGISTRY_PORT:-${fallback[registry]}}
     local name port
     local -A seen=()
-    for name in PG_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT; do
+    for name in PG_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT REGISTRY_PORT; do
         port=${!name}
         if ! [[ $port =~ ^[0-9]{1,5}$ ]] || ((10#$port < 1 || 10#$port > 65535)); then
             die "KPS_$name=$port is not a port number"
@@ -148,8 +158,8 @@ resolve_ports
 save_ports() {
     is_default && return 0
     mkdir -p "$INSTANCE_DIR"
-    printf 'pg=%s\nkafka=%s\ncontroller=%s\nsasl=%s\nssl=%s\n' "$PG_PORT" "$KAFKA_PORT" \
-        "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" >"$PORTS_FILE.tmp"
+    printf 'pg=%s\nkafka=%s\ncontroller=%s\nsasl=%s\nssl=%s\nregistry=%s\n' "$PG_PORT" "$KAFKA_PORT" \
+        "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" "$REGISTRY_PORT" >"$PORTS_FILE.tmp"
     mv -f "$PORTS_FILE.tmp" "$PORTS_FILE"
 }
 
@@ -170,6 +180,15 @@ KAFKA_START_TIMEOUT=${KPS_KAFKA_START_TIMEOUT:-120}
 KAFKA_STOP_TIMEOUT=30
 KAFKA_SASL_USER=sink
 KAFKA_SASL_PASSWORD=sink-secret
+
+REGISTRY_VERSION=$(sed -n 's:.*<apicurio\.version>\([^<]*\)</apicurio\.version>.*:\1:p' "$REGISTRY_SRC_DIR/pom.xml")
+REGISTRY_APP=$CACHE_DIR/registry-$REGISTRY_VERSION
+REGISTRY_MARKER=$REGISTRY_APP/.complete
+REGISTRY_RUN=$INSTANCE_DIR/registry
+REGISTRY_PID_FILE=$REGISTRY_RUN/registry.pid
+REGISTRY_LOG=$REGISTRY_RUN/registry.log
+REGISTRY_HOST=127.0.0.1
+REGISTRY_START_TIMEOUT=90
 
 PG_VERSION=15
 PG_HOST=127.0.0.1
@@ -563,6 +582,124 @@ kafka_reset() {
     log "kafka data wiped ($KAFKA_DATA)"
 }
 
+# ---------------------------------------------------------------- Schema Registry
+
+# The app is built once per content of scripts/registry/ (the marker holds its checksum).
+registry_sources_sum() {
+    (cd "$REGISTRY_SRC_DIR" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+registry_built() {
+    [[ -f $REGISTRY_MARKER && $(cat "$REGISTRY_MARKER") == "$(registry_sources_sum)" ]]
+}
+
+registry_build() {
+    [[ -n $REGISTRY_VERSION ]] || die "no <apicurio.version> in $REGISTRY_SRC_DIR/pom.xml"
+    registry_built || with_setup_lock registry_build_locked
+}
+
+registry_build_locked() {
+    registry_built && return 0
+    local want
+    want=$(registry_sources_sum)
+    command -v java >/dev/null || apt_install openjdk-17-jre-headless
+    command -v mvn >/dev/null || apt_install maven
+    log "assembling Apicurio Registry $REGISTRY_VERSION with Maven into $REGISTRY_APP (first time: a few minutes)"
+    local work=$CACHE_DIR/registry-build
+    rm -rf "$REGISTRY_APP" "$work"
+    mkdir -p "$REGISTRY_APP"
+    cp -r "$REGISTRY_SRC_DIR" "$work"
+    local mvn_log=$CACHE_DIR/mvn-registry.log
+    if ! (cd "$work" && mvn -q -B -Dstyle.color=never -s settings.xml package \
+        -Dkps.registry.dir="$REGISTRY_APP") >"$mvn_log" 2>&1; then
+        tail -n 40 "$mvn_log" >&2
+        die "mvn failed building the registry (full output: $mvn_log)"
+    fi
+    rm -rf "$work"
+    compgen -G "$REGISTRY_APP/*-runner.jar" >/dev/null || die "mvn did not produce a runner jar in $REGISTRY_APP"
+    printf '%s\n' "$want" >"$REGISTRY_MARKER"
+}
+
+registry_pid() {
+    local pid
+    [[ -s $REGISTRY_PID_FILE ]] || return 1
+    pid=$(<"$REGISTRY_PID_FILE")
+    [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- '-runner\.jar' || return 1
+    printf '%s\n' "$pid"
+}
+
+registry_running() { registry_pid >/dev/null; }
+
+registry_url() { printf 'http://%s:%s/apis/ccompat/v7' "$REGISTRY_HOST" "$REGISTRY_PORT"; }
+
+registry_launch() {
+    registry_build
+    if registry_running; then
+        log "registry already running (pid $(registry_pid))"
+        return 0
+    fi
+    port_open "$REGISTRY_PORT" &&
+        die "port $REGISTRY_PORT is in use by another process: $(ss -ltnpH "sport = :$REGISTRY_PORT" 2>/dev/null || true)"
+    save_ports
+    mkdir -p "$REGISTRY_RUN"
+    rm -f "$REGISTRY_PID_FILE"
+    if [[ -f $REGISTRY_LOG ]]; then mv -f "$REGISTRY_LOG" "$REGISTRY_LOG.1"; fi
+    local jar
+    jar=$(compgen -G "$REGISTRY_APP/*-runner.jar" | head -n 1)
+    log "starting Apicurio Registry $REGISTRY_VERSION, instance $INSTANCE, port $REGISTRY_PORT (log: $REGISTRY_LOG)"
+    # Small heap, serial GC and C1 only: it starts in seconds on two cores.
+    # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
+    HTTP_PORT=$REGISTRY_PORT QUARKUS_HTTP_HOST=$REGISTRY_HOST \
+        setsid nohup bash -c 'echo "$$" >"$1"; shift; exec "$@"' _ "$REGISTRY_PID_FILE" \
+        java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -jar "$jar" \
+        </dev/null >"$REGISTRY_LOG" 2>&1 &
+    local _
+    for _ in $(seq 50); do
+        [[ -s $REGISTRY_PID_FILE ]] && break
+        sleep 0.1
+    done
+    [[ -s $REGISTRY_PID_FILE ]] || die "the registry did not write its pid file $REGISTRY_PID_FILE"
+}
+
+registry_wait_ready() {
+    local deadline=$((SECONDS + REGISTRY_START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if ! registry_running; then
+            tail -n 40 "$REGISTRY_LOG" >&2 || true
+            die "the registry exited during startup"
+        fi
+        if curl -sf -o /dev/null "$(registry_url)/subjects"; then
+            log "registry ready at $(registry_url) (pid $(registry_pid))"
+            return 0
+        fi
+        sleep 0.5
+    done
+    tail -n 40 "$REGISTRY_LOG" >&2 || true
+    die "the registry is not ready after ${REGISTRY_START_TIMEOUT} s"
+}
+
+registry_start() {
+    registry_launch
+    registry_wait_ready
+}
+
+registry_stop() {
+    local pid
+    if ! pid=$(registry_pid); then
+        rm -f "$REGISTRY_PID_FILE"
+        log "registry not running"
+        return 0
+    fi
+    log "stopping registry (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 20))
+    while pid_alive "$pid" && ((SECONDS < deadline)); do sleep 0.3; done
+    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$REGISTRY_PID_FILE"
+    log "registry stopped"
+}
+
 # ---------------------------------------------------------------- PostgreSQL
 
 pg_installed() {
@@ -757,6 +894,7 @@ cmd_up() {
     case ${1:-} in
     kafka) kafka_start ;;
     postgres) pg_start ;;
+    registry) registry_start ;;
     '')
         # Launch Kafka first so the JVM boots while PostgreSQL starts.
         kafka_launch
@@ -771,7 +909,9 @@ cmd_down() {
     case ${1:-} in
     kafka) kafka_stop ;;
     postgres) pg_stop ;;
+    registry) registry_stop ;;
     '')
+        registry_stop
         kafka_stop
         pg_stop
         ;;
@@ -788,6 +928,7 @@ cmd_env() {
     printf 'export KPS_KAFKA_SSL_BOOTSTRAP=%s:%s\n' "$KAFKA_HOST" "$KAFKA_SSL_PORT"
     printf 'export KPS_KAFKA_SASL_USER=%s\n' "$KAFKA_SASL_USER"
     printf 'export KPS_KAFKA_SASL_PASSWORD=%s\n' "$KAFKA_SASL_PASSWORD"
+    printf 'export SCHEMA_REGISTRY_URL=%s\n' "$(registry_url)"
 }
 
 cmd_status() {
@@ -806,6 +947,11 @@ cmd_status() {
         echo "postgres: running ($PG_VERSION/$PG_CLUSTER, $PG_HOST:$PG_PORT)"
     else
         echo "postgres: stopped"
+    fi
+    if pid=$(registry_pid); then
+        echo "registry: running (pid $pid, $(registry_url))"
+    else
+        echo "registry: stopped"
     fi
 }
 
@@ -828,6 +974,7 @@ cmd_list() {
 
 cmd_destroy() {
     is_default && die "destroy works on named instances only (set KPS_INSTANCE); the default instance has reset"
+    registry_stop
     kafka_stop
     pg_drop
     [[ -n $CACHE_DIR && $INSTANCE_DIR == "$CACHE_DIR/run/$INSTANCE" ]] || die "refusing to delete $INSTANCE_DIR"
@@ -844,12 +991,12 @@ cmd_reset() {
 cmd_service() {
     local action=$1 service=${2:-}
     case $service in
-    kafka | postgres) ;;
+    kafka | postgres | registry) ;;
     *) usage ;;
     esac
     case $action in
-    start) if [[ $service == kafka ]]; then kafka_start; else pg_start; fi ;;
-    stop) if [[ $service == kafka ]]; then kafka_stop; else pg_stop; fi ;;
+    start) "${service/postgres/pg}_start" ;;
+    stop) "${service/postgres/pg}_stop" ;;
     restart)
         cmd_service stop "$service"
         cmd_service start "$service"
