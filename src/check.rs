@@ -7,10 +7,11 @@ use std::time::Duration;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
-use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
+use crate::config::{is_secret_key, redact_url, spelled, Settings, TopicSettings};
 use crate::mapping::TopicMapper;
 use crate::{consumer, migrate, startup};
 
@@ -57,7 +58,6 @@ impl ClientContext for CheckContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        use rdkafka::types::RDKafkaErrorCode;
         // "All brokers are down" only repeats the failure; the other errors say why.
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
             self.remember(reason.to_string());
@@ -74,8 +74,12 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     let _ = writeln!(out, "config: ok");
     let _ = writeln!(
         out,
-        "  kafka: {} (group {:?}, protocol {:?})",
-        settings.kafka.bootstrap_servers, settings.kafka.group_id, settings.kafka.group_protocol
+        "  kafka: {} (group {:?}, protocol {}, auto_offset_reset {}, offset_out_of_range {})",
+        settings.kafka.bootstrap_servers,
+        settings.kafka.group_id,
+        spelled(&settings.kafka.group_protocol),
+        spelled(&settings.kafka.auto_offset_reset),
+        spelled(&settings.kafka.offset_out_of_range),
     );
     for (k, v) in &settings.kafka.properties {
         let shown = if is_secret_key(k) { "***" } else { v.as_str() };
@@ -187,6 +191,18 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     }
 }
 
+/// A topic's metadata error as a sentence: a missing topic is named as such, anything else
+/// gets librdkafka's own description rather than its enum name.
+fn topic_problem(name: &str, error: Option<RDKafkaRespErr>) -> String {
+    match error.map(RDKafkaErrorCode::from) {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            format!("topic {name:?} does not exist")
+        }
+        Some(code) => format!("topic {name:?}: {code}"),
+        None => format!("topic {name:?}: no metadata"),
+    }
+}
+
 /// One topic: its partitions in Kafka, its table and the mapping onto it.
 async fn check_topic(
     settings: &Settings,
@@ -198,12 +214,14 @@ async fn check_topic(
     problems: &mut Vec<String>,
 ) {
     let table_name = crate::routing::table_name(topic, name);
-    let mode = format!("{:?}", topic.write_mode()).to_lowercase();
-    let format = format!("{:?}", topic.format).to_lowercase();
     let _ = writeln!(
         out,
-        "topic {name:?} -> {}.{table_name} ({format}, {mode})",
-        topic.schema
+        "topic {name:?} -> {}.{table_name} (format {}, mode {}, key_from {}, on_error {})",
+        topic.schema,
+        spelled(&topic.format),
+        spelled(&topic.write_mode()),
+        spelled(&topic.key_from),
+        spelled(&topic.on_error),
     );
     if let Some(kafka) = kafka {
         match kafka.fetch_metadata(Some(name), Duration::from_secs(10)) {
@@ -211,9 +229,7 @@ async fn check_topic(
                 Some(t) if t.error().is_none() => {
                     let _ = writeln!(out, "  kafka: {} partitions", t.partitions().len());
                 }
-                Some(t) => {
-                    problems.push(format!("topic {name:?}: {:?} (does it exist?)", t.error()))
-                }
+                Some(t) => problems.push(topic_problem(name, t.error())),
                 None => problems.push(format!("topic {name:?}: not in the broker's metadata")),
             },
             Err(e) => problems.push(format!(

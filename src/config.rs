@@ -751,6 +751,16 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// A setting's value spelled as the configuration writes it (`connect-json`, `dead_letter`),
+/// so output can be copied back into a file; `Debug` names are Rust's, not the user's.
+pub fn spelled<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => format!("<{e}>"),
+    }
+}
+
 /// Whether a configuration key names a secret (password, key, token) whose value must be hidden.
 pub fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();

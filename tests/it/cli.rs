@@ -1,5 +1,7 @@
 //! `migrate` and `check` as an operator runs them.
 
+use sqlx::Executor;
+
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
 use crate::helpers::services::services;
@@ -286,4 +288,67 @@ async fn check_validates_modes_formats_and_columns_against_the_table() {
         "{}",
         out.stdout
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_prints_each_setting_as_it_is_written() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE products (id int PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.protocol = "consumer";
+    config.reset = "latest";
+    config.metadata = String::new();
+    config.topic_settings = "format = \"connect-json\"\nmode = \"upsert\"\nkey_from = \"key\"\n\
+                             on_error = \"dead_letter\""
+        .into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    for written in [
+        "format connect-json",
+        "mode upsert",
+        "key_from key",
+        "on_error dead_letter",
+        "protocol consumer",
+        "auto_offset_reset latest",
+        "offset_out_of_range fail",
+    ] {
+        assert!(
+            out.stdout.contains(written),
+            "no {written:?} in\n{}",
+            out.stdout
+        );
+    }
+    for debug_spelling in ["connectjson", "DeadLetter", "Consumer", "Upsert"] {
+        assert!(
+            !out.stdout.contains(debug_spelling),
+            "{debug_spelling:?} in\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_says_a_missing_topic_does_not_exist() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let missing = format!(
+        "kps-missing-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let config = SinkConfig::new(&db.url, &missing, "orders");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout
+            .contains(&format!("topic {missing:?} does not exist")),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("RD_KAFKA_RESP_ERR"), "{}", out.stdout);
+    assert!(!out.stdout.contains("Some("), "{}", out.stdout);
 }
