@@ -496,12 +496,7 @@ impl Settings {
                 ))
             })?;
         }
-        let url = expand_env(settings.postgres.url.expose_secret()).map_err(|var| {
-            ConfigError::Invalid(format!(
-                "postgres.url refers to ${{{var}}}, which is not set"
-            ))
-        })?;
-        settings.postgres.url = url.into();
+        settings.postgres.url = resolve_database_url(&settings.postgres.url)?;
         settings.validate()?;
         Ok(settings)
     }
@@ -523,9 +518,7 @@ impl Settings {
         let url: SecretString = layers(file, overrides)?
             .extract_inner("postgres.url")
             .map_err(Box::new)?;
-        url::Url::parse(url.expose_secret())
-            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
-        Ok(url)
+        resolve_database_url(&url)
     }
 
     /// Checks that cannot be expressed in the types.
@@ -625,10 +618,22 @@ impl Settings {
                 ));
             }
         }
-        url::Url::parse(self.postgres.url.expose_secret())
-            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
         Ok(())
     }
+}
+
+/// `postgres.url` as every command uses it: `${NAME}` read from the environment, then
+/// checked to be a URL. One function, so `migrate` connects exactly as `run` and `check` do.
+/// Errors name the variable or the problem, never the URL (it may hold a password).
+fn resolve_database_url(url: &SecretString) -> Result<SecretString, ConfigError> {
+    let url = expand_env(url.expose_secret()).map_err(|var| {
+        ConfigError::Invalid(format!(
+            "postgres.url refers to ${{{var}}}, which is not set"
+        ))
+    })?;
+    url::Url::parse(&url)
+        .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
+    Ok(url.into())
 }
 
 /// File, then environment, then flags: later layers win.
@@ -853,6 +858,28 @@ mod tests {
             expand_env("no vars, ${ unterminated").unwrap(),
             "no vars, ${ unterminated"
         );
+    }
+
+    #[test]
+    fn migrate_reads_the_url_as_run_does() {
+        let file = write(MINIMAL);
+        // A flag, so that a DATABASE_URL in the test's environment does not win.
+        let overrides = Overrides {
+            database_url: Some("postgres://u:${KPS_TEST_URL_PASSWORD}@h/db".into()),
+            ..Default::default()
+        };
+        let err = Settings::load_database_url(Some(file.path()), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("${KPS_TEST_URL_PASSWORD}, which is not set"),
+            "{err}"
+        );
+        std::env::set_var("KPS_TEST_URL_PASSWORD", "from-env");
+        let url = Settings::load_database_url(Some(file.path()), &overrides).unwrap();
+        let settings = Settings::load(Some(file.path()), &overrides).unwrap();
+        assert_eq!(url.expose_secret(), "postgres://u:from-env@h/db");
+        assert_eq!(url.expose_secret(), settings.postgres.url.expose_secret());
     }
 
     #[test]

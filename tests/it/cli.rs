@@ -352,3 +352,48 @@ async fn check_says_a_missing_topic_does_not_exist() {
     assert!(!out.stdout.contains("RD_KAFKA_RESP_ERR"), "{}", out.stdout);
     assert!(!out.stdout.contains("Some("), "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_reads_the_password_from_the_environment_like_run_and_check() {
+    let db = TestDb::empty().await;
+    let password = url::Url::parse(&db.url)
+        .unwrap()
+        .password()
+        .expect("the test services' URL has a password")
+        .to_string();
+    let var = "KPS_TEST_MIGRATE_PGPASSWORD";
+    let url = db
+        .url
+        .replacen(&format!(":{password}@"), &format!(":${{{var}}}@"), 1);
+    assert!(url.contains(var), "{url}");
+    // `migrate` needs nothing but the URL.
+    let file = ConfigFile::new(&format!("[postgres]\nurl = \"{url}\"\n"));
+
+    let unset = run_cli(&["migrate", "--config", file.arg()]).await;
+    assert!(!unset.status.success());
+    assert!(
+        unset
+            .stderr
+            .contains(&format!("${{{var}}}, which is not set")),
+        "{}",
+        unset.stderr
+    );
+    assert!(
+        !unset.stderr.contains(&format!(":{password}@")),
+        "{}",
+        unset.stderr
+    );
+
+    let set = run_cli_env(&["migrate", "--config", file.arg()], &[(var, &password)]).await;
+    assert!(set.status.success(), "{}", set.stderr);
+    assert!(
+        !set.stderr.contains(&format!(":{password}@")),
+        "{}",
+        set.stderr
+    );
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('kafka_offsets')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(table.as_deref(), Some("kafka_offsets"));
+}
