@@ -410,6 +410,10 @@ impl TopicMapper {
                             origin: source.describe(),
                         })
                     }
+                    // Left out of an upsert's column list, the column is neither inserted (its
+                    // NULL applies to a new row) nor updated: a partial record (CDC with only
+                    // the changed columns) must not erase what it does not carry.
+                    (Value::Absent, _) if self.upsert_keys.is_some() => false,
                     (Value::Null, _) if col.not_null => {
                         return Err(MapError::NullForNotNull {
                             column: self.sources[i].describe(),

@@ -475,3 +475,39 @@ proptest::proptest! {
         let _ = m.encode(&record(&value), &mut rows);
     }
 }
+
+#[test]
+fn upsert_leaves_absent_columns_out_in_every_format() {
+    let columns = || {
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("a", ColumnType::Text, false, false),
+            col("b", ColumnType::Text, false, true),
+        ]
+    };
+    let connect = r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"}]},"payload":{"id":1}}"#;
+    for (extra, value) in [
+        ("mode = \"upsert\"", r#"{"id":1}"#),
+        ("mode = \"upsert\"\nformat = \"connect-json\"", connect),
+        (
+            "format = \"debezium\"",
+            r#"{"op":"u","before":null,"after":{"id":1}}"#,
+        ),
+    ] {
+        let m = TopicMapper::new(&topic(extra), table(columns(), &["id"])).unwrap();
+        let rows = encode(&m, value).unwrap();
+        assert_eq!(rows.shapes[0].columns, vec![0], "{extra}");
+    }
+    // An explicit null is a value: it is written.
+    let m = TopicMapper::new(&topic("mode = \"upsert\""), table(columns(), &["id"])).unwrap();
+    assert_eq!(
+        encode(&m, r#"{"id":1,"a":null}"#).unwrap().shapes[0].columns,
+        vec![0, 1]
+    );
+    // Insert has no row to keep: a nullable column without a default is written as NULL.
+    let m = mapper(columns(), "");
+    assert_eq!(
+        encode(&m, r#"{"id":1}"#).unwrap().shapes[0].columns,
+        vec![0, 1]
+    );
+}
