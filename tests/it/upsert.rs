@@ -111,6 +111,9 @@ async fn a_partial_upsert_leaves_the_columns_it_does_not_carry_alone() {
         // The issue's own pair: the second record must not null `a`.
         ("1".into(), r#"{"id":"1","a":"A","b":"B","c":1}"#.into()),
         ("1".into(), r#"{"id":"1","c":2}"#.into()),
+        // New keys from partial records: `a` is NULL, `b` its default unless set to null.
+        ("2".into(), r#"{"id":"2","c":3}"#.into()),
+        ("3".into(), r#"{"id":"3","b":null,"c":4}"#.into()),
     ];
     for i in 0..240 {
         let key = format!("k{}", i % 7);
@@ -173,6 +176,8 @@ async fn a_partial_upsert_leaves_the_columns_it_does_not_carry_alone() {
         expected.get("1"),
         Some(&(Some("A".into()), Some("B".into()), 2))
     );
+    assert_eq!(expected.get("2"), Some(&(None, Some("x".into()), 3)));
+    assert_eq!(expected.get("3"), Some(&(None, None, 4)));
     let rows: Vec<(String, Option<String>, Option<String>, i32)> =
         sqlx::query_as("SELECT id, a, b, c FROM partial ORDER BY id")
             .fetch_all(&db.pool)
