@@ -65,7 +65,7 @@ impl<'a> Input<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hint {
     /// `org.apache.kafka.connect.data.Decimal`: base64 of a big-endian two's-complement
-    /// unscaled integer.
+    /// unscaled integer, or a JSON number (`decimal.format=NUMERIC`).
     Decimal {
         scale: u32,
     },
@@ -94,7 +94,17 @@ pub fn encode(
 ) -> Result<(), String> {
     match hint {
         Some(Hint::Decimal { scale }) => {
-            let digits = decimal_from_base64(&expect_string(input, "a base64 decimal")?, scale)?;
+            // JsonConverter writes a Decimal as base64 of its unscaled integer (the default,
+            // `decimal.format=BASE64`) or as a JSON number (`NUMERIC`). A number carries its
+            // own scale and is taken as written, as Connect reads it; a string is base64 (a
+            // numeric string would be ambiguous: "1234" is valid base64 too).
+            let digits = match input.literal() {
+                Some(number) if is_json_number(number) => Cow::Borrowed(number),
+                _ => Cow::Owned(decimal_from_base64(
+                    &expect_string(input, "a base64 decimal or a JSON number")?,
+                    scale,
+                )?),
+            };
             return encode_number_text(ty, &digits, out);
         }
         Some(Hint::VariableDecimal) => {
@@ -442,6 +452,41 @@ mod tests {
             decimal_from_base64(&b64(&big), 0).unwrap(),
             i128::MAX.to_string()
         );
+    }
+
+    /// The field's binary COPY form, or the error.
+    fn encoded(ty: ColumnType, json: &str, hint: Option<Hint>) -> Result<Vec<u8>, String> {
+        let raw: Box<RawValue> = serde_json::from_str(json).unwrap();
+        let mut out = BytesMut::new();
+        encode(ty, Input::Json(&raw), hint, &mut out).map(|()| out.to_vec())
+    }
+
+    fn numeric(text: &str) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        encode_numeric(text, &mut out).unwrap();
+        out.to_vec()
+    }
+
+    #[test]
+    fn connect_decimals_come_as_base64_or_as_json_numbers() {
+        let decimal = Some(Hint::Decimal { scale: 2 });
+        let n = ColumnType::Numeric;
+        assert_eq!(encoded(n, r#""MDk=""#, decimal), Ok(numeric("123.45")));
+        assert_eq!(encoded(n, "123.45", decimal), Ok(numeric("123.45")));
+        // A number is taken as written, whatever the schema's scale.
+        assert_eq!(encoded(n, "-1.005", decimal), Ok(numeric("-1.005")));
+        assert_eq!(encoded(n, "1e3", decimal), Ok(numeric("1000")));
+        assert_eq!(
+            encoded(ColumnType::Int8, "12", Some(Hint::Decimal { scale: 0 })),
+            Ok(12i64.to_be_bytes().to_vec())
+        );
+        let fraction = encoded(ColumnType::Int8, "1.5", Some(Hint::Decimal { scale: 0 }));
+        assert!(fraction.unwrap_err().contains("expected an integer"));
+        // Strings are base64: "123.45" is not, and is not read as a number either.
+        let err = encoded(n, r#""123.45""#, decimal).unwrap_err();
+        assert!(err.contains("not valid base64"), "{err}");
+        let err = encoded(n, "true", decimal).unwrap_err();
+        assert!(err.contains("a base64 decimal or a JSON number"), "{err}");
     }
 
     #[test]
