@@ -230,7 +230,6 @@ fn expect_string<'a>(input: Input<'a>, what: &str) -> Result<Cow<'a, str>, Strin
 
 /// A decimal number as text, into any numeric column type.
 fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
-    let bad = || format!("expected a number, got {}", abbreviate(text));
     match ty {
         ColumnType::Int2 => {
             let v = integer_text(text)?;
@@ -249,8 +248,9 @@ fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<
             )
         }
         ColumnType::Int8 => to_sql(integer_text(text)?, &Type::INT8, out),
-        ColumnType::Float4 => to_sql(float_text(text).ok_or_else(bad)? as f32, &Type::FLOAT4, out),
-        ColumnType::Float8 => to_sql(float_text(text).ok_or_else(bad)?, &Type::FLOAT8, out),
+        // Exact: a real's value came from an f32 parse.
+        ColumnType::Float4 => to_sql(float_text(ty, text)? as f32, &Type::FLOAT4, out),
+        ColumnType::Float8 => to_sql(float_text(ty, text)?, &Type::FLOAT8, out),
         ColumnType::Numeric => encode_numeric(text, out).map_err(|e| e.to_string()),
         ColumnType::Text => {
             out.put_slice(text.as_bytes());
@@ -266,15 +266,43 @@ fn integer_text(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("expected an integer, got {}", abbreviate(text)))
 }
 
-/// Also `NaN` and `±Infinity`, which JSON cannot hold as numbers, so producers send strings.
-fn float_text(text: &str) -> Option<f64> {
+/// A `real` (`Float4`) or `double precision` value. Also `NaN` and `±Infinity`, which JSON
+/// cannot hold as numbers, so producers send strings. A number is parsed once at the column's
+/// width (rounded to the nearest value, no double rounding); one the type cannot hold is an
+/// error, as in PostgreSQL's own input, never silently Infinity or 0.
+fn float_text(ty: ColumnType, text: &str) -> Result<f64, String> {
     match text {
-        "NaN" => Some(f64::NAN),
-        "Infinity" => Some(f64::INFINITY),
-        "-Infinity" => Some(f64::NEG_INFINITY),
-        other if is_json_number(other) => other.parse().ok(),
-        _ => None,
+        "NaN" => return Ok(f64::NAN),
+        "Infinity" => return Ok(f64::INFINITY),
+        "-Infinity" => return Ok(f64::NEG_INFINITY),
+        _ => {}
     }
+    let bad = || format!("expected a number, got {}", abbreviate(text));
+    // Rust's parser also takes `inf` and `nan` (any case, signed): not numbers here.
+    if !is_json_number(text)
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
+        return Err(bad());
+    }
+    let (value, name) = if ty == ColumnType::Float4 {
+        (text.parse::<f32>().map(f64::from).ok(), "real")
+    } else {
+        (text.parse::<f64>().ok(), "double precision")
+    };
+    let value = value.ok_or_else(bad)?;
+    if value.is_infinite() {
+        return Err(format!("{} is out of range for {name}", abbreviate(text)));
+    }
+    let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
+    if value == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return Err(format!(
+            "{} is too small for {name}: it would become 0",
+            abbreviate(text)
+        ));
+    }
+    Ok(value)
 }
 
 /// The first character is enough: in valid JSON only numbers start with `-` or a digit. Also
@@ -487,6 +515,68 @@ mod tests {
         assert!(err.contains("not valid base64"), "{err}");
         let err = encoded(n, "true", decimal).unwrap_err();
         assert!(err.contains("a base64 decimal or a JSON number"), "{err}");
+    }
+
+    #[test]
+    fn floats_take_numbers_and_numeric_strings_but_never_overflow() {
+        let f8 = |json: &str| {
+            encoded(ColumnType::Float8, json, None)
+                .map(|b| f64::from_be_bytes(b.try_into().unwrap()))
+        };
+        let f4 = |json: &str| {
+            encoded(ColumnType::Float4, json, None)
+                .map(|b| f32::from_be_bytes(b.try_into().unwrap()))
+        };
+        assert_eq!(f8("1.5"), Ok(1.5));
+        assert_eq!(
+            f8(r#""1.5""#),
+            Ok(1.5),
+            "numeric strings, as for integers and numeric"
+        );
+        assert_eq!(f8("-2.5e-3"), Ok(-0.0025));
+        assert_eq!(f8("1.7976931348623157e308"), Ok(f64::MAX));
+        assert_eq!(
+            f8("5e-324"),
+            Ok(5e-324),
+            "the smallest subnormal still fits"
+        );
+        assert_eq!(f8("0e-999"), Ok(0.0), "zero written small is still zero");
+        assert!(f8(r#""NaN""#).unwrap().is_nan());
+        assert_eq!(f8(r#""Infinity""#), Ok(f64::INFINITY));
+        assert_eq!(f8(r#""-Infinity""#), Ok(f64::NEG_INFINITY));
+        for refused in ["1e400", "-1e400", r#""1e400""#] {
+            let err = f8(refused).unwrap_err();
+            assert!(
+                err.contains("out of range for double precision"),
+                "{refused}: {err}"
+            );
+        }
+        let err = f8("1e-400").unwrap_err();
+        assert!(err.contains("would become 0"), "{err}");
+        for refused in [
+            r#""inf""#,
+            r#""-nan""#,
+            r#""infinity""#,
+            r#""1.5x""#,
+            "true",
+        ] {
+            assert!(f8(refused).is_err(), "{refused}");
+        }
+
+        assert_eq!(f4("1.25"), Ok(1.25));
+        assert_eq!(f4(r#""-1.25""#), Ok(-1.25));
+        assert_eq!(f4("3.4028235e38"), Ok(f32::MAX));
+        // Finite as a double, too large for real: refused, never Infinity.
+        for refused in ["1e39", "-3.5e38", "1e300"] {
+            let err = f4(refused).unwrap_err();
+            assert!(err.contains("out of range for real"), "{refused}: {err}");
+        }
+        let err = f4("1e-50").unwrap_err();
+        assert!(err.contains("would become 0"), "{err}");
+        // Rounded once, to the nearest real, as PostgreSQL's float4 input does.
+        assert_eq!(f4("16777217"), Ok(16_777_216.0));
+        assert_eq!(f4("0.1"), Ok(0.1f32));
+        assert!(f4(r#""NaN""#).unwrap().is_nan());
     }
 
     #[test]
