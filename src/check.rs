@@ -11,8 +11,9 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
-use crate::config::{is_secret_key, redact_url, spelled, Settings, TopicSettings};
+use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
 use crate::mapping::TopicMapper;
+use crate::schema::{Column, ColumnType};
 use crate::{consumer, migrate, startup};
 
 /// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
@@ -203,6 +204,39 @@ fn topic_problem(name: &str, error: Option<RDKafkaRespErr>) -> String {
     }
 }
 
+/// An integer in a time column without a schema is read by a default, which is silently
+/// wrong by a factor of 1,000 when the producer counts in another unit: say so, and how to
+/// state the unit. A warning, not a problem: the default may well be right.
+fn unstated_unit_warning(topic: &TopicSettings, col: &Column) -> String {
+    let when = match topic.format {
+        RecordFormat::ConnectJson | RecordFormat::Debezium => {
+            "an integer in a record without a schema"
+        }
+        _ => "an integer",
+    };
+    let (reading, setting) = if col.ty == ColumnType::Date {
+        (
+            "days since the epoch when below 10,000,000 in magnitude, else epoch milliseconds",
+            format!(
+                "[topics.time_units] {} = \"days\" (or s, ms, us, ns)",
+                col.name
+            ),
+        )
+    } else {
+        (
+            "epoch milliseconds",
+            format!(
+                "time_unit = \"us\" (s, ms, us, ns) or [topics.time_units] {} = \"us\"",
+                col.name
+            ),
+        )
+    };
+    format!(
+        "column {} ({}) reads {when} as {reading}; if the producer counts in another unit, set {setting}",
+        col.name, col.sql_type
+    )
+}
+
 /// One topic: its partitions in Kafka, its table and the mapping onto it.
 async fn check_topic(
     settings: &Settings,
@@ -246,19 +280,30 @@ async fn check_topic(
             if !keys.is_empty() {
                 let _ = writeln!(out, "  upsert key: ({})", keys.join(", "));
             }
-            for (col, source) in mapper.describe() {
+            let mut warnings = Vec::new();
+            for (i, (col, source)) in mapper.describe().enumerate() {
                 let constraint = match (col.not_null, col.has_default) {
                     (_, true) => "default when absent",
                     (true, false) => "required",
                     (false, false) => "NULL when absent",
                 };
+                let unit = mapper
+                    .time_unit(i)
+                    .map(|u| format!(", integers in {}", spelled(&u)))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint})",
+                    "  {:<24} {:<28} <- {} ({constraint}{unit})",
                     col.name,
                     col.sql_type,
                     source.describe()
                 );
+                if mapper.guesses_time_unit(i) {
+                    warnings.push(unstated_unit_warning(topic, col));
+                }
+            }
+            for w in warnings {
+                let _ = writeln!(out, "  warning: {w}");
             }
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");

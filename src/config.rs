@@ -274,6 +274,38 @@ pub struct TopicSettings {
     /// Larger values (and keys) are errors (per `on_error`) without being decoded.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: ByteSize,
+    /// The unit of an integer in a timestamp or timestamptz column when no schema gives one
+    /// (unset: epoch milliseconds).
+    #[serde(default)]
+    pub time_unit: Option<TimeUnit>,
+    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
+    #[serde(default)]
+    pub time_units: BTreeMap<String, TimeUnit>,
+}
+
+/// What an integer in a time column counts since 1970-01-01 00:00 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Days: date columns only (Kafka Connect's and Debezium's `Date`).
+    Days,
+    S,
+    Ms,
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    /// For messages: what the number counts.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            TimeUnit::Days => "days since the epoch",
+            TimeUnit::S => "epoch seconds",
+            TimeUnit::Ms => "epoch milliseconds",
+            TimeUnit::Us => "epoch microseconds",
+            TimeUnit::Ns => "epoch nanoseconds",
+        }
+    }
 }
 
 /// What happens to a record the sink cannot write.
@@ -576,6 +608,9 @@ impl Settings {
             if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
                 return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));
             }
+            if topic.time_unit == Some(TimeUnit::Days) {
+                return invalid(format!("topic {label}: time_unit applies to timestamp columns, where \"days\" does not fit; give date columns their unit in [topics.time_units]"));
+            }
             if topic.dead_letter_topic.is_some() && topic.on_error != OnError::DeadLetter {
                 return invalid(format!(
                     "topic {label}: dead_letter_topic needs on_error = \"dead_letter\""
@@ -758,7 +793,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// A setting's value spelled as the configuration writes it (`connect-json`, `dead_letter`),
 /// so output can be copied back into a file; `Debug` names are Rust's, not the user's.
-pub fn spelled<T: Serialize>(value: &T) -> String {
+pub(crate) fn spelled<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         Ok(other) => other.to_string(),
@@ -835,6 +870,16 @@ mod tests {
         let file = write(&format!("{MINIMAL}\n[batch]\nmax_recs = 5\n"));
         let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("max_recs"), "{err}");
+    }
+
+    #[test]
+    fn a_topic_time_unit_of_days_is_refused() {
+        let file = write(&format!("{MINIMAL}time_unit = \"days\"\n"));
+        let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("[topics.time_units]"), "{err}");
+        let file = write(&format!("{MINIMAL}time_unit = \"us\"\n"));
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        assert_eq!(s.topics[0].time_unit, Some(TimeUnit::Us));
     }
 
     #[test]

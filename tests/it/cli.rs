@@ -397,3 +397,58 @@ async fn migrate_reads_the_password_from_the_environment_like_run_and_check() {
         .unwrap();
     assert_eq!(table.as_deref(), Some("kafka_offsets"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_warns_about_integer_times_without_a_unit() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE stamps (id int, created_at timestamptz, day date, seen timestamptz)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let check = |topic_settings: &str| {
+        let mut config = SinkConfig::new(&db.url, &topic.name, "stamps");
+        config.metadata = "timestamp = \"seen\"".into();
+        config.topic_settings = topic_settings.into();
+        let file = ConfigFile::new(&config.toml());
+        async move { run_cli(&["check", "--config", file.arg()]).await }
+    };
+    let out = check("").await;
+    assert!(
+        out.status.success(),
+        "a warning is not a problem:\n{}",
+        out.stdout
+    );
+    let warnings: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{}", out.stdout);
+    assert!(
+        warnings[0].contains("column created_at (timestamp with time zone)")
+            && warnings[0].contains("epoch milliseconds")
+            && warnings[0].contains("time_unit"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        warnings[1].contains("column day (date)") && warnings[1].contains("10,000,000"),
+        "{}",
+        out.stdout
+    );
+
+    let out = check("format = \"connect-json\"").await;
+    assert!(
+        out.stdout
+            .contains("reads an integer in a record without a schema"),
+        "{}",
+        out.stdout
+    );
+
+    let out = check("time_unit = \"us\"\n[topics.time_units]\nday = \"days\"").await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
+    assert!(out.stdout.contains("integers in us"), "{}", out.stdout);
+    assert!(out.stdout.contains("integers in days"), "{}", out.stdout);
+}

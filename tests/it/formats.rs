@@ -512,3 +512,108 @@ async fn connect_decimals_load_from_base64_and_from_json_numbers() {
     assert_eq!(rows, expected);
     assert!(sink.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schemaless_debezium_microseconds_land_exactly_with_their_time_unit() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE visits (id int PRIMARY KEY, created_at timestamptz, local_at timestamp,
+                                  day date, legacy_ms timestamptz)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    // Debezium with schemas.enable=false: MicroTimestamp as bare microseconds, Date as days.
+    let event = |id: i32, created: i64, local: i64, day: i64, legacy: i64| {
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"created_at":{created},"local_at":{local},"day":{day},"legacy_ms":{legacy}}},"op":"c","source":{{}}}}"#
+        )
+    };
+    let schema_field = |field: &str, name: &str| {
+        format!(r#"{{"field":"{field}","type":"int64","optional":true,"name":"{name}"}}"#)
+    };
+    // The same stream with its schema: a schema's unit wins over the topic's time_unit.
+    let with_schema = format!(
+        r#"{{"schema":{{"type":"struct","fields":[{{"field":"after","type":"struct","optional":true,"fields":[{{"field":"id","type":"int32"}},{},{}]}}]}},"payload":{}}}"#,
+        schema_field("created_at", "io.debezium.time.Timestamp"),
+        schema_field("local_at", "io.debezium.time.NanoTimestamp"),
+        event(4, 1_700_000_000_123, 1_700_000_000_123_456_789, 19_675, 1)
+    );
+    let records = vec![
+        RawRecord::json(
+            0,
+            &event(
+                1,
+                1_700_000_000_123_456,
+                1_700_000_000_654_321,
+                19_675,
+                1_700_000_000_123,
+            ),
+        ),
+        // Before 1970, with sub-second parts.
+        RawRecord::json(0, &event(2, -1, -1_500, -1, -1)),
+        RawRecord::json(0, &event(3, 0, 86_400_000_001, 0, 0)),
+        RawRecord::json(0, &with_schema),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "visits");
+    config.metadata = String::new();
+    config.topic_settings = "format = \"debezium\"\ntime_unit = \"us\"\n\
+                             [topics.time_units]\nday = \"days\"\nlegacy_ms = \"ms\""
+        .into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(i32, String, String, String, String)> = sqlx::query_as(
+        "SELECT id, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),
+                to_char(local_at, 'YYYY-MM-DD HH24:MI:SS.US'), day::text,
+                to_char(legacy_ms AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+           FROM visits ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(i32, String, String, String, String)> = [
+        (
+            1,
+            "2023-11-14 22:13:20.123456",
+            "2023-11-14 22:13:20.654321",
+            "2023-11-14",
+            "2023-11-14 22:13:20.123000",
+        ),
+        (
+            2,
+            "1969-12-31 23:59:59.999999",
+            "1969-12-31 23:59:59.998500",
+            "1969-12-31",
+            "1969-12-31 23:59:59.999000",
+        ),
+        (
+            3,
+            "1970-01-01 00:00:00.000000",
+            "1970-01-02 00:00:00.000001",
+            "1970-01-01",
+            "1970-01-01 00:00:00.000000",
+        ),
+        (
+            4,
+            "2023-11-14 22:13:20.123000",
+            "2023-11-14 22:13:20.123456",
+            "2023-11-14",
+            "1970-01-01 00:00:00.001000",
+        ),
+    ]
+    .iter()
+    .map(|(id, c, l, d, m)| {
+        (
+            *id,
+            c.to_string(),
+            l.to_string(),
+            d.to_string(),
+            m.to_string(),
+        )
+    })
+    .collect();
+    assert_eq!(rows, expected);
+    assert!(sink.stop().success());
+}
