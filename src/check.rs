@@ -7,11 +7,13 @@ use std::time::Duration;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
-use crate::config::{is_secret_key, redact_url, Settings, TopicSettings};
+use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
 use crate::mapping::TopicMapper;
+use crate::schema::{Column, ColumnType};
 use crate::{consumer, migrate, startup};
 
 /// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
@@ -57,7 +59,6 @@ impl ClientContext for CheckContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        use rdkafka::types::RDKafkaErrorCode;
         // "All brokers are down" only repeats the failure; the other errors say why.
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
             self.remember(reason.to_string());
@@ -74,8 +75,12 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     let _ = writeln!(out, "config: ok");
     let _ = writeln!(
         out,
-        "  kafka: {} (group {:?}, protocol {:?})",
-        settings.kafka.bootstrap_servers, settings.kafka.group_id, settings.kafka.group_protocol
+        "  kafka: {} (group {:?}, protocol {}, auto_offset_reset {}, offset_out_of_range {})",
+        settings.kafka.bootstrap_servers,
+        settings.kafka.group_id,
+        spelled(&settings.kafka.group_protocol),
+        spelled(&settings.kafka.auto_offset_reset),
+        spelled(&settings.kafka.offset_out_of_range),
     );
     for (k, v) in &settings.kafka.properties {
         let shown = if is_secret_key(k) { "***" } else { v.as_str() };
@@ -187,6 +192,51 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     }
 }
 
+/// A topic's metadata error as a sentence: a missing topic is named as such, anything else
+/// gets librdkafka's own description rather than its enum name.
+fn topic_problem(name: &str, error: Option<RDKafkaRespErr>) -> String {
+    match error.map(RDKafkaErrorCode::from) {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            format!("topic {name:?} does not exist")
+        }
+        Some(code) => format!("topic {name:?}: {code}"),
+        None => format!("topic {name:?}: no metadata"),
+    }
+}
+
+/// An integer in a time column without a schema is read by a default, which is silently
+/// wrong by a factor of 1,000 when the producer counts in another unit: say so, and how to
+/// state the unit. A warning, not a problem: the default may well be right.
+fn unstated_unit_warning(topic: &TopicSettings, col: &Column) -> String {
+    let when = match topic.format {
+        RecordFormat::ConnectJson | RecordFormat::Debezium => {
+            "an integer in a record without a schema"
+        }
+        _ => "an integer",
+    };
+    let (reading, setting) = if col.ty == ColumnType::Date {
+        (
+            "days since the epoch when below 10,000,000 in magnitude, else epoch milliseconds",
+            format!(
+                "[topics.time_units] {} = \"days\" (or s, ms, us, ns)",
+                col.name
+            ),
+        )
+    } else {
+        (
+            "epoch milliseconds",
+            format!(
+                "time_unit = \"us\" (s, ms, us, ns) or [topics.time_units] {} = \"us\"",
+                col.name
+            ),
+        )
+    };
+    format!(
+        "column {} ({}) reads {when} as {reading}; if the producer counts in another unit, set {setting}",
+        col.name, col.sql_type
+    )
+}
+
 /// One topic: its partitions in Kafka, its table and the mapping onto it.
 async fn check_topic(
     settings: &Settings,
@@ -198,12 +248,14 @@ async fn check_topic(
     problems: &mut Vec<String>,
 ) {
     let table_name = crate::routing::table_name(topic, name);
-    let mode = format!("{:?}", topic.write_mode()).to_lowercase();
-    let format = format!("{:?}", topic.format).to_lowercase();
     let _ = writeln!(
         out,
-        "topic {name:?} -> {}.{table_name} ({format}, {mode})",
-        topic.schema
+        "topic {name:?} -> {}.{table_name} (format {}, mode {}, key_from {}, on_error {})",
+        topic.schema,
+        spelled(&topic.format),
+        spelled(&topic.write_mode()),
+        spelled(&topic.key_from),
+        spelled(&topic.on_error),
     );
     if let Some(kafka) = kafka {
         match kafka.fetch_metadata(Some(name), Duration::from_secs(10)) {
@@ -211,9 +263,7 @@ async fn check_topic(
                 Some(t) if t.error().is_none() => {
                     let _ = writeln!(out, "  kafka: {} partitions", t.partitions().len());
                 }
-                Some(t) => {
-                    problems.push(format!("topic {name:?}: {:?} (does it exist?)", t.error()))
-                }
+                Some(t) => problems.push(topic_problem(name, t.error())),
                 None => problems.push(format!("topic {name:?}: not in the broker's metadata")),
             },
             Err(e) => problems.push(format!(
@@ -230,19 +280,30 @@ async fn check_topic(
             if !keys.is_empty() {
                 let _ = writeln!(out, "  upsert key: ({})", keys.join(", "));
             }
-            for (col, source) in mapper.describe() {
+            let mut warnings = Vec::new();
+            for (i, (col, source)) in mapper.describe().enumerate() {
                 let constraint = match (col.not_null, col.has_default) {
                     (_, true) => "default when absent",
                     (true, false) => "required",
                     (false, false) => "NULL when absent",
                 };
+                let unit = mapper
+                    .time_unit(i)
+                    .map(|u| format!(", integers in {}", spelled(&u)))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint})",
+                    "  {:<24} {:<28} <- {} ({constraint}{unit})",
                     col.name,
                     col.sql_type,
                     source.describe()
                 );
+                if mapper.guesses_time_unit(i) {
+                    warnings.push(unstated_unit_warning(topic, col));
+                }
+            }
+            for w in warnings {
+                let _ = writeln!(out, "  warning: {w}");
             }
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");

@@ -290,6 +290,38 @@ pub struct TopicSettings {
     /// Larger values (and keys) are errors (per `on_error`) without being decoded.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: ByteSize,
+    /// The unit of an integer in a timestamp or timestamptz column when no schema gives one
+    /// (unset: epoch milliseconds).
+    #[serde(default)]
+    pub time_unit: Option<TimeUnit>,
+    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
+    #[serde(default)]
+    pub time_units: BTreeMap<String, TimeUnit>,
+}
+
+/// What an integer in a time column counts since 1970-01-01 00:00 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Days: date columns only (Kafka Connect's and Debezium's `Date`).
+    Days,
+    S,
+    Ms,
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    /// For messages: what the number counts.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            TimeUnit::Days => "days since the epoch",
+            TimeUnit::S => "epoch seconds",
+            TimeUnit::Ms => "epoch milliseconds",
+            TimeUnit::Us => "epoch microseconds",
+            TimeUnit::Ns => "epoch nanoseconds",
+        }
+    }
 }
 
 /// What happens to a record the sink cannot write.
@@ -516,12 +548,7 @@ impl Settings {
                 ))
             })?;
         }
-        let url = expand_env(settings.postgres.url.expose_secret()).map_err(|var| {
-            ConfigError::Invalid(format!(
-                "postgres.url refers to ${{{var}}}, which is not set"
-            ))
-        })?;
-        settings.postgres.url = url.into();
+        settings.postgres.url = resolve_database_url(&settings.postgres.url)?;
         settings.validate()?;
         Ok(settings)
     }
@@ -543,9 +570,7 @@ impl Settings {
         let url: SecretString = layers(file, overrides)?
             .extract_inner("postgres.url")
             .map_err(Box::new)?;
-        url::Url::parse(url.expose_secret())
-            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
-        Ok(url)
+        resolve_database_url(&url)
     }
 
     /// Checks that cannot be expressed in the types.
@@ -603,6 +628,9 @@ impl Settings {
             if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
                 return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));
             }
+            if topic.time_unit == Some(TimeUnit::Days) {
+                return invalid(format!("topic {label}: time_unit applies to timestamp columns, where \"days\" does not fit; give date columns their unit in [topics.time_units]"));
+            }
             if topic.dead_letter_topic.is_some() && topic.on_error != OnError::DeadLetter {
                 return invalid(format!(
                     "topic {label}: dead_letter_topic needs on_error = \"dead_letter\""
@@ -645,10 +673,22 @@ impl Settings {
                 ));
             }
         }
-        url::Url::parse(self.postgres.url.expose_secret())
-            .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
         Ok(())
     }
+}
+
+/// `postgres.url` as every command uses it: `${NAME}` read from the environment, then
+/// checked to be a URL. One function, so `migrate` connects exactly as `run` and `check` do.
+/// Errors name the variable or the problem, never the URL (it may hold a password).
+fn resolve_database_url(url: &SecretString) -> Result<SecretString, ConfigError> {
+    let url = expand_env(url.expose_secret()).map_err(|var| {
+        ConfigError::Invalid(format!(
+            "postgres.url refers to ${{{var}}}, which is not set"
+        ))
+    })?;
+    url::Url::parse(&url)
+        .map_err(|e| ConfigError::Invalid(format!("postgres.url is not a valid URL: {e}")))?;
+    Ok(url.into())
 }
 
 /// File, then environment, then flags: later layers win.
@@ -771,6 +811,16 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// A setting's value spelled as the configuration writes it (`connect-json`, `dead_letter`),
+/// so output can be copied back into a file; `Debug` names are Rust's, not the user's.
+pub(crate) fn spelled<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => format!("<{e}>"),
+    }
+}
+
 /// Whether a configuration key names a secret (password, key, token) whose value must be hidden.
 pub fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
@@ -843,6 +893,16 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_time_unit_of_days_is_refused() {
+        let file = write(&format!("{MINIMAL}time_unit = \"days\"\n"));
+        let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("[topics.time_units]"), "{err}");
+        let file = write(&format!("{MINIMAL}time_unit = \"us\"\n"));
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        assert_eq!(s.topics[0].time_unit, Some(TimeUnit::Us));
+    }
+
+    #[test]
     fn managed_kafka_properties_are_refused() {
         let file = write(&format!(
             "{MINIMAL}\n[kafka.properties]\n\"enable.auto.commit\" = \"true\"\n"
@@ -863,6 +923,28 @@ mod tests {
             expand_env("no vars, ${ unterminated").unwrap(),
             "no vars, ${ unterminated"
         );
+    }
+
+    #[test]
+    fn migrate_reads_the_url_as_run_does() {
+        let file = write(MINIMAL);
+        // A flag, so that a DATABASE_URL in the test's environment does not win.
+        let overrides = Overrides {
+            database_url: Some("postgres://u:${KPS_TEST_URL_PASSWORD}@h/db".into()),
+            ..Default::default()
+        };
+        let err = Settings::load_database_url(Some(file.path()), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("${KPS_TEST_URL_PASSWORD}, which is not set"),
+            "{err}"
+        );
+        std::env::set_var("KPS_TEST_URL_PASSWORD", "from-env");
+        let url = Settings::load_database_url(Some(file.path()), &overrides).unwrap();
+        let settings = Settings::load(Some(file.path()), &overrides).unwrap();
+        assert_eq!(url.expose_secret(), "postgres://u:from-env@h/db");
+        assert_eq!(url.expose_secret(), settings.postgres.url.expose_secret());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use postgres_types::{ToSql, Type};
 use serde_json::value::RawValue;
 
+use crate::config::TimeUnit;
 use crate::pgcopy::encode_numeric;
 use crate::schema::ColumnType;
 
@@ -65,17 +66,13 @@ impl<'a> Input<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hint {
     /// `org.apache.kafka.connect.data.Decimal`: base64 of a big-endian two's-complement
-    /// unscaled integer.
-    Decimal {
-        scale: u32,
-    },
+    /// unscaled integer, or a JSON number (`decimal.format=NUMERIC`).
+    Decimal { scale: u32 },
     /// `io.debezium.data.VariableScaleDecimal`: `{"scale": s, "value": <base64>}`.
     VariableDecimal,
-    /// Days since the epoch (Connect and Debezium `Date`).
-    Days,
-    Millis,
-    Micros,
-    Nanos,
+    /// What an integer time counts: days (Connect and Debezium `Date`), milliseconds
+    /// (`Timestamp`), micro- or nanoseconds (Debezium `MicroTimestamp`, `NanoTimestamp`).
+    Epoch(TimeUnit),
     /// A string that holds JSON text (`io.debezium.data.Json`).
     JsonText,
 }
@@ -94,7 +91,17 @@ pub fn encode(
 ) -> Result<(), String> {
     match hint {
         Some(Hint::Decimal { scale }) => {
-            let digits = decimal_from_base64(&expect_string(input, "a base64 decimal")?, scale)?;
+            // JsonConverter writes a Decimal as base64 of its unscaled integer (the default,
+            // `decimal.format=BASE64`) or as a JSON number (`NUMERIC`). A number carries its
+            // own scale and is taken as written, as Connect reads it; a string is base64 (a
+            // numeric string would be ambiguous: "1234" is valid base64 too).
+            let digits = match input.literal() {
+                Some(number) if is_json_number(number) => Cow::Borrowed(number),
+                _ => Cow::Owned(decimal_from_base64(
+                    &expect_string(input, "a base64 decimal or a JSON number")?,
+                    scale,
+                )?),
+            };
             return encode_number_text(ty, &digits, out);
         }
         Some(Hint::VariableDecimal) => {
@@ -118,19 +125,6 @@ pub fn encode(
             serde_json::from_str::<serde::de::IgnoredAny>(&text)
                 .map_err(|e| format!("not JSON: {e}"))?;
             return write_json_text(ty, &text, out);
-        }
-        Some(unit @ (Hint::Days | Hint::Millis | Hint::Micros | Hint::Nanos))
-            if matches!(
-                ty,
-                ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
-            ) =>
-        {
-            let n: i64 = input
-                .literal()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| format!("expected an integer, got {}", input.shown()))?;
-            let t = from_epoch(n, unit).ok_or_else(|| format!("{n} is out of range"))?;
-            return write_time(ty, t, out);
         }
         _ => {}
     }
@@ -172,23 +166,12 @@ pub fn encode(
                 Some(s) if ty == ColumnType::Date => parse_date(&s)?,
                 Some(s) => parse_timestamp(&s)?,
                 None => {
-                    let n: i64 = input
-                        .literal()
-                        .and_then(|t| t.parse().ok())
-                        .ok_or_else(|| {
-                            format!(
-                                "expected an ISO-8601 string or epoch milliseconds, got {}",
-                                input.shown()
-                            )
-                        })?;
-                    // A date given as a small integer counts days (Kafka Connect's Date);
-                    // no real epoch-milliseconds value is that small.
-                    let unit = if ty == ColumnType::Date && n.abs() < 10_000_000 {
-                        Hint::Days
-                    } else {
-                        Hint::Millis
+                    // The unit only says how to read an integer; a string is ISO-8601 anyway.
+                    let unit = match hint {
+                        Some(Hint::Epoch(unit)) => Some(unit),
+                        _ => None,
                     };
-                    from_epoch(n, unit).ok_or_else(|| format!("{n} is out of range"))?
+                    epoch_integer(ty, input, unit)?
                 }
             };
             write_time(ty, t, out)?;
@@ -220,7 +203,6 @@ fn expect_string<'a>(input: Input<'a>, what: &str) -> Result<Cow<'a, str>, Strin
 
 /// A decimal number as text, into any numeric column type.
 fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
-    let bad = || format!("expected a number, got {}", abbreviate(text));
     match ty {
         ColumnType::Int2 => {
             let v = integer_text(text)?;
@@ -239,8 +221,9 @@ fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<
             )
         }
         ColumnType::Int8 => to_sql(integer_text(text)?, &Type::INT8, out),
-        ColumnType::Float4 => to_sql(float_text(text).ok_or_else(bad)? as f32, &Type::FLOAT4, out),
-        ColumnType::Float8 => to_sql(float_text(text).ok_or_else(bad)?, &Type::FLOAT8, out),
+        // Exact: a real's value came from an f32 parse.
+        ColumnType::Float4 => to_sql(float_text(ty, text)? as f32, &Type::FLOAT4, out),
+        ColumnType::Float8 => to_sql(float_text(ty, text)?, &Type::FLOAT8, out),
         ColumnType::Numeric => encode_numeric(text, out).map_err(|e| e.to_string()),
         ColumnType::Text => {
             out.put_slice(text.as_bytes());
@@ -256,15 +239,43 @@ fn integer_text(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("expected an integer, got {}", abbreviate(text)))
 }
 
-/// Also `NaN` and `±Infinity`, which JSON cannot hold as numbers, so producers send strings.
-fn float_text(text: &str) -> Option<f64> {
+/// A `real` (`Float4`) or `double precision` value. Also `NaN` and `±Infinity`, which JSON
+/// cannot hold as numbers, so producers send strings. A number is parsed once at the column's
+/// width (rounded to the nearest value, no double rounding); one the type cannot hold is an
+/// error, as in PostgreSQL's own input, never silently Infinity or 0.
+fn float_text(ty: ColumnType, text: &str) -> Result<f64, String> {
     match text {
-        "NaN" => Some(f64::NAN),
-        "Infinity" => Some(f64::INFINITY),
-        "-Infinity" => Some(f64::NEG_INFINITY),
-        other if is_json_number(other) => other.parse().ok(),
-        _ => None,
+        "NaN" => return Ok(f64::NAN),
+        "Infinity" => return Ok(f64::INFINITY),
+        "-Infinity" => return Ok(f64::NEG_INFINITY),
+        _ => {}
     }
+    let bad = || format!("expected a number, got {}", abbreviate(text));
+    // Rust's parser also takes `inf` and `nan` (any case, signed): not numbers here.
+    if !is_json_number(text)
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
+        return Err(bad());
+    }
+    let (value, name) = if ty == ColumnType::Float4 {
+        (text.parse::<f32>().map(f64::from).ok(), "real")
+    } else {
+        (text.parse::<f64>().ok(), "double precision")
+    };
+    let value = value.ok_or_else(bad)?;
+    if value.is_infinite() {
+        return Err(format!("{} is out of range for {name}", abbreviate(text)));
+    }
+    let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
+    if value == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return Err(format!(
+            "{} is too small for {name}: it would become 0",
+            abbreviate(text)
+        ));
+    }
+    Ok(value)
 }
 
 /// The first character is enough: in valid JSON only numbers start with `-` or a digit. Also
@@ -285,7 +296,17 @@ fn write_json_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(),
 }
 
 /// `timestamp` without time zone stores the UTC wall-clock time, as offset-less input is read.
+/// PostgreSQL keeps microseconds: finer digits are dropped toward the past (floor), the same
+/// for times before and after 2000 (postgres-types alone would truncate toward 2000).
 fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<(), String> {
+    if t.timestamp() < PG_EARLIEST_SECONDS {
+        return Err(format!(
+            "{} is before PostgreSQL's earliest time, 4714-11-24 BC",
+            t.to_rfc3339()
+        ));
+    }
+    let t = DateTime::from_timestamp_micros(t.timestamp_micros())
+        .ok_or_else(|| format!("{} is out of range", t.to_rfc3339()))?;
     match ty {
         ColumnType::Timestamptz => to_sql(t, &Type::TIMESTAMPTZ, out),
         ColumnType::Timestamp => to_sql(t.naive_utc(), &Type::TIMESTAMP, out),
@@ -294,17 +315,58 @@ fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<()
     }
 }
 
-/// `None` out of chrono's range, so the caller names the value instead of panicking.
-fn from_epoch(n: i64, unit: Hint) -> Option<DateTime<Utc>> {
+/// An integer time in `unit`; with no unit, epoch milliseconds, except that a date below
+/// 10,000,000 in magnitude counts days (Kafka Connect's `Date`: no epoch-milliseconds value
+/// that small names another day than 1970-01-01 or 1969-12-31).
+fn epoch_integer(
+    ty: ColumnType,
+    input: Input<'_>,
+    unit: Option<TimeUnit>,
+) -> Result<DateTime<Utc>, String> {
+    let text = input
+        .literal()
+        .filter(|t| is_json_number(t))
+        .ok_or_else(|| {
+            format!(
+                "expected an ISO-8601 string or an integer, got {}",
+                input.shown()
+            )
+        })?;
+    let n: i64 = text
+        .parse()
+        .map_err(|e: std::num::ParseIntError| match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                format!("{} is out of range", abbreviate(text))
+            }
+            _ => format!("expected an integer, got {}", abbreviate(text)),
+        })?;
+    let unit = unit.unwrap_or(if ty == ColumnType::Date && n.unsigned_abs() < 10_000_000 {
+        TimeUnit::Days
+    } else {
+        TimeUnit::Ms
+    });
+    from_epoch(n, unit).ok_or_else(|| format!("{n} ({}) is out of range", unit.describe()))
+}
+
+/// `None` out of chrono's range, so the caller names the value instead of panicking; never
+/// a multiplication that could wrap. Negative values count back from 1970 with a
+/// non-negative sub-second part: -1 µs is 1969-12-31 23:59:59.999999.
+fn from_epoch(n: i64, unit: TimeUnit) -> Option<DateTime<Utc>> {
     match unit {
-        Hint::Days => NaiveDate::from_ymd_opt(1970, 1, 1)?
+        TimeUnit::Days => NaiveDate::from_ymd_opt(1970, 1, 1)?
             .checked_add_signed(chrono::Duration::try_days(n)?)
-            .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc()),
-        Hint::Micros => DateTime::from_timestamp_micros(n),
-        Hint::Nanos => Some(DateTime::from_timestamp_nanos(n)),
-        _ => DateTime::from_timestamp_millis(n),
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| t.and_utc()),
+        TimeUnit::S => DateTime::from_timestamp(n, 0),
+        TimeUnit::Ms => DateTime::from_timestamp_millis(n),
+        TimeUnit::Us => DateTime::from_timestamp_micros(n),
+        TimeUnit::Ns => Some(DateTime::from_timestamp_nanos(n)),
     }
 }
+
+/// PostgreSQL's earliest timestamp and date, 4714-11-24 BC (Julian day 0), in Unix seconds.
+/// Its latest lies beyond chrono's range, so only this end needs a check.
+const PG_EARLIEST_SECONDS: i64 = -210_866_803_200;
 
 /// PostgreSQL text cannot hold NUL; catching it here names the field instead of failing the batch.
 pub fn check_text(s: &str) -> Result<(), String> {
@@ -444,6 +506,201 @@ mod tests {
         );
     }
 
+    /// The field's binary COPY form, or the error.
+    fn encoded(ty: ColumnType, json: &str, hint: Option<Hint>) -> Result<Vec<u8>, String> {
+        let raw: Box<RawValue> = serde_json::from_str(json).unwrap();
+        let mut out = BytesMut::new();
+        encode(ty, Input::Json(&raw), hint, &mut out).map(|()| out.to_vec())
+    }
+
+    fn numeric(text: &str) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        encode_numeric(text, &mut out).unwrap();
+        out.to_vec()
+    }
+
+    #[test]
+    fn connect_decimals_come_as_base64_or_as_json_numbers() {
+        let decimal = Some(Hint::Decimal { scale: 2 });
+        let n = ColumnType::Numeric;
+        assert_eq!(encoded(n, r#""MDk=""#, decimal), Ok(numeric("123.45")));
+        assert_eq!(encoded(n, "123.45", decimal), Ok(numeric("123.45")));
+        // A number is taken as written, whatever the schema's scale.
+        assert_eq!(encoded(n, "-1.005", decimal), Ok(numeric("-1.005")));
+        assert_eq!(encoded(n, "1e3", decimal), Ok(numeric("1000")));
+        assert_eq!(
+            encoded(ColumnType::Int8, "12", Some(Hint::Decimal { scale: 0 })),
+            Ok(12i64.to_be_bytes().to_vec())
+        );
+        let fraction = encoded(ColumnType::Int8, "1.5", Some(Hint::Decimal { scale: 0 }));
+        assert!(fraction.unwrap_err().contains("expected an integer"));
+        // Strings are base64: "123.45" is not, and is not read as a number either.
+        let err = encoded(n, r#""123.45""#, decimal).unwrap_err();
+        assert!(err.contains("not valid base64"), "{err}");
+        let err = encoded(n, "true", decimal).unwrap_err();
+        assert!(err.contains("a base64 decimal or a JSON number"), "{err}");
+    }
+
+    #[test]
+    fn floats_take_numbers_and_numeric_strings_but_never_overflow() {
+        let f8 = |json: &str| {
+            encoded(ColumnType::Float8, json, None)
+                .map(|b| f64::from_be_bytes(b.try_into().unwrap()))
+        };
+        let f4 = |json: &str| {
+            encoded(ColumnType::Float4, json, None)
+                .map(|b| f32::from_be_bytes(b.try_into().unwrap()))
+        };
+        assert_eq!(f8("1.5"), Ok(1.5));
+        assert_eq!(
+            f8(r#""1.5""#),
+            Ok(1.5),
+            "numeric strings, as for integers and numeric"
+        );
+        assert_eq!(f8("-2.5e-3"), Ok(-0.0025));
+        assert_eq!(f8("1.7976931348623157e308"), Ok(f64::MAX));
+        assert_eq!(
+            f8("5e-324"),
+            Ok(5e-324),
+            "the smallest subnormal still fits"
+        );
+        assert_eq!(f8("0e-999"), Ok(0.0), "zero written small is still zero");
+        assert!(f8(r#""NaN""#).unwrap().is_nan());
+        assert_eq!(f8(r#""Infinity""#), Ok(f64::INFINITY));
+        assert_eq!(f8(r#""-Infinity""#), Ok(f64::NEG_INFINITY));
+        for refused in ["1e400", "-1e400", r#""1e400""#] {
+            let err = f8(refused).unwrap_err();
+            assert!(
+                err.contains("out of range for double precision"),
+                "{refused}: {err}"
+            );
+        }
+        let err = f8("1e-400").unwrap_err();
+        assert!(err.contains("would become 0"), "{err}");
+        for refused in [
+            r#""inf""#,
+            r#""-nan""#,
+            r#""infinity""#,
+            r#""1.5x""#,
+            "true",
+        ] {
+            assert!(f8(refused).is_err(), "{refused}");
+        }
+
+        assert_eq!(f4("1.25"), Ok(1.25));
+        assert_eq!(f4(r#""-1.25""#), Ok(-1.25));
+        assert_eq!(f4("3.4028235e38"), Ok(f32::MAX));
+        // Finite as a double, too large for real: refused, never Infinity.
+        for refused in ["1e39", "-3.5e38", "1e300"] {
+            let err = f4(refused).unwrap_err();
+            assert!(err.contains("out of range for real"), "{refused}: {err}");
+        }
+        let err = f4("1e-50").unwrap_err();
+        assert!(err.contains("would become 0"), "{err}");
+        // Rounded once, to the nearest real, as PostgreSQL's float4 input does.
+        assert_eq!(f4("16777217"), Ok(16_777_216.0));
+        assert_eq!(f4("0.1"), Ok(0.1f32));
+        assert!(f4(r#""NaN""#).unwrap().is_nan());
+    }
+
+    /// What PostgreSQL gets for a timestamptz, as RFC 3339 with microseconds.
+    fn tstz(json: &str, unit: Option<TimeUnit>) -> Result<String, String> {
+        let bytes = encoded(ColumnType::Timestamptz, json, unit.map(Hint::Epoch))?;
+        let micros = i64::from_be_bytes(bytes.try_into().unwrap());
+        // PostgreSQL counts microseconds from 2000-01-01.
+        let t = DateTime::from_timestamp_micros(micros + 946_684_800_000_000).unwrap();
+        Ok(t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+    }
+
+    fn date(json: &str, unit: Option<TimeUnit>) -> Result<String, String> {
+        let bytes = encoded(ColumnType::Date, json, unit.map(Hint::Epoch))?;
+        let days = i32::from_be_bytes(bytes.try_into().unwrap());
+        Ok(
+            (NaiveDate::from_ymd_opt(2000, 1, 1).unwrap() + chrono::Duration::days(days.into()))
+                .to_string(),
+        )
+    }
+
+    #[test]
+    fn every_time_unit_reads_integers_before_and_after_1970() {
+        use TimeUnit::*;
+        let at = |json: &str, unit| tstz(json, Some(unit)).unwrap();
+        assert_eq!(at("1700000000", S), "2023-11-14T22:13:20.000000Z");
+        assert_eq!(at("1700000000123", Ms), "2023-11-14T22:13:20.123000Z");
+        assert_eq!(at("1700000000123456", Us), "2023-11-14T22:13:20.123456Z");
+        assert_eq!(at("1700000000123456789", Ns), "2023-11-14T22:13:20.123456Z");
+        for unit in [S, Ms, Us, Ns] {
+            assert_eq!(at("0", unit), "1970-01-01T00:00:00.000000Z");
+        }
+        // Before 1970 the sub-second part counts forward from the earlier second.
+        assert_eq!(at("-1", S), "1969-12-31T23:59:59.000000Z");
+        assert_eq!(at("-1", Ms), "1969-12-31T23:59:59.999000Z");
+        assert_eq!(at("-1", Us), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(at("-1500", Us), "1969-12-31T23:59:59.998500Z");
+        assert_eq!(
+            at("-1", Ns),
+            "1969-12-31T23:59:59.999999Z",
+            "floor, not toward 2000"
+        );
+        assert_eq!(at("-1000", Ns), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(at("-1001", Ns), "1969-12-31T23:59:59.999998Z");
+        assert_eq!(at("-86400000001", Us), "1969-12-30T23:59:59.999999Z");
+        assert_eq!(at("999", Ns), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at("-62135596800", S), "0001-01-01T00:00:00.000000Z");
+        // Nanoseconds cover all of i64; the coarser units overflow chrono's range, an error.
+        assert_eq!(at(&i64::MAX.to_string(), Ns), "2262-04-11T23:47:16.854775Z");
+        assert_eq!(at(&i64::MIN.to_string(), Ns), "1677-09-21T00:12:43.145224Z");
+        for unit in [S, Ms, Us] {
+            for n in [i64::MAX, i64::MIN] {
+                let err = tstz(&n.to_string(), Some(unit)).unwrap_err();
+                assert!(err.contains("out of range"), "{n} {unit:?}: {err}");
+            }
+        }
+        // Beyond i64: an error, never a wrap.
+        let err = tstz("9223372036854775808", Some(Ns)).unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
+        // PostgreSQL's earliest time is the limit, not chrono's.
+        assert_eq!(at("-210866803200", S), "-4713-11-24T00:00:00.000000Z");
+        let err = tstz("-210866803201", Some(S)).unwrap_err();
+        assert!(err.contains("before PostgreSQL's earliest time"), "{err}");
+        // Fractions are not integers in any unit.
+        assert!(tstz("1.5", Some(S)).is_err());
+        // A unit says how to read integers; an ISO string is read as such.
+        assert_eq!(
+            tstz(r#""2023-11-14T22:13:20.5Z""#, Some(Us)).unwrap(),
+            "2023-11-14T22:13:20.500000Z"
+        );
+
+        let day = |json: &str, unit| date(json, unit).unwrap();
+        assert_eq!(day("19675", Some(Days)), "2023-11-14");
+        assert_eq!(day("-1", Some(Days)), "1969-12-31");
+        assert_eq!(day("-1", Some(S)), "1969-12-31");
+        assert_eq!(day("-1", Some(Us)), "1969-12-31");
+        assert_eq!(day("1700000000123456", Some(Us)), "2023-11-14");
+        assert_eq!(day("1700000000", Some(S)), "2023-11-14");
+        // With no unit, dates keep their rule: small integers are days, others milliseconds.
+        assert_eq!(day("19675", None), "2023-11-14");
+        assert_eq!(
+            day("-2440588", None),
+            "-4713-11-24",
+            "PostgreSQL's earliest date"
+        );
+        let err = date("-2440589", None).unwrap_err();
+        assert!(err.contains("before PostgreSQL's earliest time"), "{err}");
+        let err = date("-9999999", None).unwrap_err();
+        assert!(err.contains("before PostgreSQL's earliest time"), "{err}");
+        assert_eq!(day("1700000000123", None), "2023-11-14");
+        assert_eq!(day("-10000000", None), "1969-12-31");
+        for n in [i64::MAX, i64::MIN] {
+            let err = date(&n.to_string(), None).unwrap_err();
+            assert!(err.contains("out of range"), "{err}");
+            let err = date(&n.to_string(), Some(Days)).unwrap_err();
+            assert!(err.contains("out of range"), "{err}");
+        }
+        // With no unit, timestamps are epoch milliseconds.
+        assert_eq!(tstz("-1", None).unwrap(), "1969-12-31T23:59:59.999000Z");
+    }
+
     #[test]
     fn timestamps_accept_iso_strings_and_epoch_units() {
         let utc = |s: &str| parse_timestamp(s).unwrap().timestamp_millis();
@@ -453,11 +710,11 @@ mod tests {
         assert_eq!(utc("2023-11-14T22:13:20.5"), 1_700_000_000_500);
         assert!(parse_timestamp("yesterday").is_err());
         assert_eq!(
-            from_epoch(19_675, Hint::Days).unwrap().to_rfc3339(),
+            from_epoch(19_675, TimeUnit::Days).unwrap().to_rfc3339(),
             "2023-11-14T00:00:00+00:00"
         );
         assert_eq!(
-            from_epoch(1_700_000_000_000_000, Hint::Micros)
+            from_epoch(1_700_000_000_000_000, TimeUnit::Us)
                 .unwrap()
                 .timestamp_millis(),
             1_700_000_000_000

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::convert::Hint;
 use super::pointer;
 use super::MapError;
-use crate::config::RecordFormat;
+use crate::config::{RecordFormat, TimeUnit};
 
 /// What a record asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,12 +232,14 @@ fn parse_hints(schema: &RawValue, field: Option<&str>) -> Result<Hints, MapError
                 Hint::Decimal { scale }
             }
             "io.debezium.data.VariableScaleDecimal" => Hint::VariableDecimal,
-            "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => Hint::Days,
-            "org.apache.kafka.connect.data.Timestamp" | "io.debezium.time.Timestamp" => {
-                Hint::Millis
+            "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => {
+                Hint::Epoch(TimeUnit::Days)
             }
-            "io.debezium.time.MicroTimestamp" => Hint::Micros,
-            "io.debezium.time.NanoTimestamp" => Hint::Nanos,
+            "org.apache.kafka.connect.data.Timestamp" | "io.debezium.time.Timestamp" => {
+                Hint::Epoch(TimeUnit::Ms)
+            }
+            "io.debezium.time.MicroTimestamp" => Hint::Epoch(TimeUnit::Us),
+            "io.debezium.time.NanoTimestamp" => Hint::Epoch(TimeUnit::Ns),
             "io.debezium.data.Json" => Hint::JsonText,
             _ => continue,
         };
@@ -260,7 +262,10 @@ mod tests {
                           "payload":{"before":{"id":1},"after":null,"op":"d"}}"#;
         let d = decode(RecordFormat::Debezium, Some(delete), false, &cache).unwrap();
         assert_eq!((d.op, d.doc), (Op::Delete, Some(r#"{"id":1}"#)));
-        assert_eq!(d.hints.unwrap().get("day"), Some(&Hint::Days));
+        assert_eq!(
+            d.hints.unwrap().get("day"),
+            Some(&Hint::Epoch(TimeUnit::Days))
+        );
         let tombstone = decode(RecordFormat::Debezium, None, false, &cache).unwrap();
         assert_eq!(tombstone.op, Op::Delete);
         let truncate = br#"{"op":"t"}"#;

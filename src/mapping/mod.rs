@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 pub use convert::Hint;
 pub use source::{Meta, Source};
 
-use crate::config::{OnError, RecordFormat, TopicSettings, WriteMode};
+use crate::config::{OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
 use crate::dead_letter::OwnedRecord;
 use crate::pgcopy::{encode_numeric, CopyBuffer};
 use crate::schema::{Column, ColumnType, Table};
@@ -121,6 +121,8 @@ pub struct TopicMapper {
     upsert_keys: Option<Arc<[u16]>>,
     delete_on_tombstone: bool,
     hints: HintCache,
+    /// Per column: the unit configured for its integer times, if any.
+    units: Vec<Option<ConfiguredUnit>>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -135,6 +137,17 @@ impl fmt::Debug for TopicMapper {
             .field("sources", &self.sources)
             .finish()
     }
+}
+
+/// A unit the configuration gives a time column's integers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfiguredUnit {
+    /// From `[topics.time_units]`: said of this column, so a schema that disagrees is an error
+    /// (one of the two is wrong, and either reading could be silently off by 1,000×).
+    Column(TimeUnit),
+    /// From the topic's `time_unit`: meant for records without a schema, so a schema that
+    /// gives the field's unit wins.
+    Topic(TimeUnit),
 }
 
 /// A column's value for one record.
@@ -202,6 +215,7 @@ impl TopicMapper {
                     .collect::<Arc<[u16]>>(),
             ),
         };
+        let units = time_units(topic, &table).map_err(err)?;
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -219,6 +233,7 @@ impl TopicMapper {
             needs_key,
             upsert_keys,
             hints: HintCache::default(),
+            units,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -261,6 +276,41 @@ impl TopicMapper {
             .flat_map(|k| k.iter())
             .map(|&i| self.table.columns[i as usize].name.as_str())
             .collect()
+    }
+
+    /// For `check`: the unit configured for column `i`'s integer times, if any.
+    pub(crate) fn time_unit(&self, i: usize) -> Option<TimeUnit> {
+        self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
+    }
+
+    /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
+    /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
+    /// small) unless a schema comes with it and says otherwise.
+    pub(crate) fn guesses_time_unit(&self, i: usize) -> bool {
+        is_time(self.table.columns[i].ty)
+            && self.units[i].is_none()
+            && matches!(
+                self.sources[i],
+                Source::Doc(_) | Source::Key(_) | Source::KeyAuto(_)
+            )
+    }
+
+    /// The schema's hint for column `i` with the configured unit applied: a column's own unit
+    /// must agree with a schema that gives one; the topic's unit fills in where none does.
+    fn time_hint(&self, i: usize, schema: Option<Hint>) -> Result<Option<Hint>, String> {
+        Ok(match (self.units[i], schema) {
+            (None, hint) => hint,
+            (Some(ConfiguredUnit::Column(unit)), Some(Hint::Epoch(given))) if given != unit => {
+                return Err(format!(
+                    "the record's schema gives {} but time_units says {}",
+                    given.describe(),
+                    unit.describe()
+                ))
+            }
+            (Some(ConfiguredUnit::Column(unit)), _) => Some(Hint::Epoch(unit)),
+            (Some(ConfiguredUnit::Topic(_)), Some(hint)) => Some(hint),
+            (Some(ConfiguredUnit::Topic(unit)), None) => Some(Hint::Epoch(unit)),
+        })
     }
 
     /// Whether the caller must collect the record's headers.
@@ -410,6 +460,10 @@ impl TopicMapper {
                             origin: source.describe(),
                         })
                     }
+                    // Left out of an upsert's column list, the column is neither inserted (its
+                    // NULL applies to a new row) nor updated: a partial record (CDC with only
+                    // the changed columns) must not erase what it does not carry.
+                    (Value::Absent, _) if self.upsert_keys.is_some() => false,
                     (Value::Null, _) if col.not_null => {
                         return Err(MapError::NullForNotNull {
                             column: self.sources[i].describe(),
@@ -537,7 +591,10 @@ impl TopicMapper {
                 copy.null();
                 Ok(())
             }
-            Value::In(input, hint) => copy.field(|out| convert::encode(col.ty, *input, *hint, out)),
+            Value::In(input, hint) => {
+                let hint = self.time_hint(i, *hint)?;
+                copy.field(|out| convert::encode(col.ty, *input, hint, out))
+            }
             Value::Meta(meta) => write_meta(meta, col, record, copy),
             Value::Raw(bytes) => copy.field(|out| write_raw(col.ty, bytes, out)),
         }
@@ -575,6 +632,48 @@ fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
         }
     }
     false
+}
+
+/// The column types an integer time can go into.
+fn is_time(ty: ColumnType) -> bool {
+    matches!(
+        ty,
+        ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
+    )
+}
+
+/// Each column's configured time unit: its `time_units` entry, else the topic's `time_unit`
+/// for timestamp columns. Entries must name time columns, and `days` only dates.
+fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<ConfiguredUnit>>, String> {
+    let mut units: Vec<Option<ConfiguredUnit>> = table
+        .columns
+        .iter()
+        .map(|c| {
+            topic
+                .time_unit
+                .filter(|_| matches!(c.ty, ColumnType::Timestamptz | ColumnType::Timestamp))
+                .map(ConfiguredUnit::Topic)
+        })
+        .collect();
+    for (name, &unit) in &topic.time_units {
+        let (i, col) = table
+            .column(name)
+            .ok_or_else(|| format!("time_units.{name}: column {name:?} is not in the table"))?;
+        if !is_time(col.ty) {
+            return Err(format!(
+                "time_units.{name}: column {name:?} is {}; a time unit applies to timestamp, timestamptz and date columns",
+                col.sql_type
+            ));
+        }
+        if unit == TimeUnit::Days && col.ty != ColumnType::Date {
+            return Err(format!(
+                "time_units.{name}: \"days\" fits date columns only; {name:?} is {}",
+                col.sql_type
+            ));
+        }
+        units[i] = Some(ConfiguredUnit::Column(unit));
+    }
+    Ok(units)
 }
 
 /// Resolves the upsert key: configured columns, else the primary key; it must match a unique

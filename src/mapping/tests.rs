@@ -475,3 +475,178 @@ proptest::proptest! {
         let _ = m.encode(&record(&value), &mut rows);
     }
 }
+
+#[test]
+fn upsert_leaves_absent_columns_out_in_every_format() {
+    let columns = || {
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("a", ColumnType::Text, false, false),
+            col("b", ColumnType::Text, false, true),
+        ]
+    };
+    let connect = r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"}]},"payload":{"id":1}}"#;
+    for (extra, value) in [
+        ("mode = \"upsert\"", r#"{"id":1}"#),
+        ("mode = \"upsert\"\nformat = \"connect-json\"", connect),
+        (
+            "format = \"debezium\"",
+            r#"{"op":"u","before":null,"after":{"id":1}}"#,
+        ),
+    ] {
+        let m = TopicMapper::new(&topic(extra), table(columns(), &["id"])).unwrap();
+        let rows = encode(&m, value).unwrap();
+        assert_eq!(rows.shapes[0].columns, vec![0], "{extra}");
+    }
+    // An explicit null is a value: it is written.
+    let m = TopicMapper::new(&topic("mode = \"upsert\""), table(columns(), &["id"])).unwrap();
+    assert_eq!(
+        encode(&m, r#"{"id":1,"a":null}"#).unwrap().shapes[0].columns,
+        vec![0, 1]
+    );
+    // Insert has no row to keep: a nullable column without a default is written as NULL.
+    let m = mapper(columns(), "");
+    assert_eq!(
+        encode(&m, r#"{"id":1}"#).unwrap().shapes[0].columns,
+        vec![0, 1]
+    );
+}
+
+/// Microseconds since 2000-01-01, as a timestamptz field is encoded.
+fn pg_micros(unix_micros: i64) -> Option<Vec<u8>> {
+    Some((unix_micros - 946_684_800_000_000).to_be_bytes().to_vec())
+}
+
+#[test]
+fn time_units_apply_per_topic_and_per_column() {
+    let columns = || {
+        vec![
+            col("t", ColumnType::Timestamptz, false, false),
+            col("ts", ColumnType::Timestamp, false, false),
+            col("d", ColumnType::Date, false, false),
+            col("ms", ColumnType::Timestamptz, false, false),
+        ]
+    };
+    let m = mapper(
+        columns(),
+        "time_unit = \"us\"\n[time_units]\nms = \"ms\"\nd = \"days\"",
+    );
+    let rows = encode(
+        &m,
+        r#"{"t":1700000000123456,"ts":-1,"d":-1,"ms":1700000000123}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        fields(&rows),
+        vec![
+            pg_micros(1_700_000_000_123_456),
+            pg_micros(-1),
+            Some((-10_958i32).to_be_bytes().to_vec()), // 1969-12-31
+            pg_micros(1_700_000_000_123_000),
+        ]
+    );
+    // The topic's unit is for timestamps; a date keeps its own rule unless it has a unit.
+    let m = mapper(columns(), "time_unit = \"s\"");
+    let rows = encode(&m, r#"{"t":1,"d":19675}"#).unwrap();
+    let f = fields(&rows);
+    assert_eq!(
+        (f[0].clone(), f[2].clone()),
+        (pg_micros(1_000_000), Some(8718i32.to_be_bytes().to_vec()))
+    );
+    assert_eq!(m.time_unit(0), Some(TimeUnit::S));
+    assert_eq!(m.time_unit(2), None);
+    assert!(!m.guesses_time_unit(0) && m.guesses_time_unit(2));
+}
+
+#[test]
+fn a_schema_unit_beats_the_topic_unit_but_must_agree_with_a_column_unit() {
+    let columns = || {
+        vec![
+            col("t", ColumnType::Timestamptz, false, false),
+            col("u", ColumnType::Timestamptz, false, false),
+        ]
+    };
+    let value = r#"{"schema":{"type":"struct","fields":[
+        {"field":"t","type":"int64","name":"org.apache.kafka.connect.data.Timestamp"},
+        {"field":"u","type":"int64","name":"io.debezium.time.MicroTimestamp"}]},
+        "payload":{"t":1700000000123,"u":1700000000123456}}"#;
+    let m = mapper(columns(), "format = \"connect-json\"\ntime_unit = \"ns\"");
+    assert_eq!(
+        fields(&encode(&m, value).unwrap()),
+        vec![
+            pg_micros(1_700_000_000_123_000),
+            pg_micros(1_700_000_000_123_456)
+        ]
+    );
+    // Without a schema the topic's unit applies.
+    let rows = encode(&m, r#"{"t":1700000000123456789}"#).unwrap();
+    assert_eq!(fields(&rows)[0], pg_micros(1_700_000_000_123_456));
+
+    let agrees = mapper(
+        columns(),
+        "format = \"connect-json\"\n[time_units]\nt = \"ms\"\nu = \"us\"",
+    );
+    assert!(encode(&agrees, value).is_ok());
+    let disagrees = mapper(
+        columns(),
+        "format = \"connect-json\"\n[time_units]\nt = \"us\"",
+    );
+    let err = encode(&disagrees, value).unwrap_err();
+    assert!(
+        matches!(&err, MapError::BadValue { column, reason, .. } if column == "t"
+            && reason.contains("schema gives epoch milliseconds but time_units says epoch microseconds")),
+        "{err}"
+    );
+}
+
+#[test]
+fn time_units_must_name_time_columns_and_fit_them() {
+    let columns = || {
+        vec![
+            col("t", ColumnType::Timestamptz, false, false),
+            col("d", ColumnType::Date, false, false),
+            col("n", ColumnType::Int8, false, false),
+        ]
+    };
+    let refused = |extra: &str| {
+        TopicMapper::new(&topic(extra), table(columns(), &[]))
+            .unwrap_err()
+            .to_string()
+    };
+    let err = refused("[time_units]\nnope = \"us\"");
+    assert!(
+        err.contains("time_units.nope: column \"nope\" is not in the table"),
+        "{err}"
+    );
+    let err = refused("[time_units]\nn = \"us\"");
+    assert!(err.contains("time_units.n: column \"n\" is int8"), "{err}");
+    let err = refused("[time_units]\nt = \"days\"");
+    assert!(err.contains("\"days\" fits date columns only"), "{err}");
+    assert!(TopicMapper::new(&topic("[time_units]\nd = \"days\""), table(columns(), &[])).is_ok());
+    let unknown: Result<TopicSettings, _> = Figment::from(Toml::string(
+        "name = \"topic\"\ntable = \"t\"\ntime_unit = \"minutes\"",
+    ))
+    .extract();
+    let err = unknown.unwrap_err().to_string();
+    assert!(err.contains("minutes") && err.contains("us"), "{err}");
+    let typo: Result<TopicSettings, _> = Figment::from(Toml::string(
+        "name = \"topic\"\ntable = \"t\"\ntime_units_typo = {}",
+    ))
+    .extract();
+    assert!(typo.unwrap_err().to_string().contains("time_units_typo"));
+}
+
+#[test]
+fn only_time_columns_fed_from_the_record_without_a_unit_are_guesses() {
+    let m = mapper(
+        vec![
+            col("t", ColumnType::Timestamptz, false, false),
+            col("stated", ColumnType::Timestamp, false, false),
+            col("m", ColumnType::Timestamptz, false, false),
+            col("n", ColumnType::Int8, false, false),
+        ],
+        "[time_units]\nstated = \"us\"\n[metadata]\ntimestamp = \"m\"",
+    );
+    let guesses: Vec<bool> = (0..4).map(|i| m.guesses_time_unit(i)).collect();
+    assert_eq!(guesses, vec![true, false, false, false]);
+}

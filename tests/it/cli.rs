@@ -1,5 +1,7 @@
 //! `migrate` and `check` as an operator runs them.
 
+use sqlx::Executor;
+
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
 use crate::helpers::services::services;
@@ -286,4 +288,167 @@ async fn check_validates_modes_formats_and_columns_against_the_table() {
         "{}",
         out.stdout
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_prints_each_setting_as_it_is_written() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE products (id int PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.protocol = "consumer";
+    config.reset = "latest";
+    config.metadata = String::new();
+    config.topic_settings = "format = \"connect-json\"\nmode = \"upsert\"\nkey_from = \"key\"\n\
+                             on_error = \"dead_letter\""
+        .into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    for written in [
+        "format connect-json",
+        "mode upsert",
+        "key_from key",
+        "on_error dead_letter",
+        "protocol consumer",
+        "auto_offset_reset latest",
+        "offset_out_of_range fail",
+    ] {
+        assert!(
+            out.stdout.contains(written),
+            "no {written:?} in\n{}",
+            out.stdout
+        );
+    }
+    for debug_spelling in ["connectjson", "DeadLetter", "Consumer", "Upsert"] {
+        assert!(
+            !out.stdout.contains(debug_spelling),
+            "{debug_spelling:?} in\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_says_a_missing_topic_does_not_exist() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let missing = format!(
+        "kps-missing-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let config = SinkConfig::new(&db.url, &missing, "orders");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout
+            .contains(&format!("topic {missing:?} does not exist")),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("RD_KAFKA_RESP_ERR"), "{}", out.stdout);
+    assert!(!out.stdout.contains("Some("), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_reads_the_password_from_the_environment_like_run_and_check() {
+    let db = TestDb::empty().await;
+    let password = url::Url::parse(&db.url)
+        .unwrap()
+        .password()
+        .expect("the test services' URL has a password")
+        .to_string();
+    let var = "KPS_TEST_MIGRATE_PGPASSWORD";
+    let url = db
+        .url
+        .replacen(&format!(":{password}@"), &format!(":${{{var}}}@"), 1);
+    assert!(url.contains(var), "{url}");
+    // `migrate` needs nothing but the URL.
+    let file = ConfigFile::new(&format!("[postgres]\nurl = \"{url}\"\n"));
+
+    let unset = run_cli(&["migrate", "--config", file.arg()]).await;
+    assert!(!unset.status.success());
+    assert!(
+        unset
+            .stderr
+            .contains(&format!("${{{var}}}, which is not set")),
+        "{}",
+        unset.stderr
+    );
+    assert!(
+        !unset.stderr.contains(&format!(":{password}@")),
+        "{}",
+        unset.stderr
+    );
+
+    let set = run_cli_env(&["migrate", "--config", file.arg()], &[(var, &password)]).await;
+    assert!(set.status.success(), "{}", set.stderr);
+    assert!(
+        !set.stderr.contains(&format!(":{password}@")),
+        "{}",
+        set.stderr
+    );
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('kafka_offsets')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(table.as_deref(), Some("kafka_offsets"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_warns_about_integer_times_without_a_unit() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE stamps (id int, created_at timestamptz, day date, seen timestamptz)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let check = |topic_settings: &str| {
+        let mut config = SinkConfig::new(&db.url, &topic.name, "stamps");
+        config.metadata = "timestamp = \"seen\"".into();
+        config.topic_settings = topic_settings.into();
+        let file = ConfigFile::new(&config.toml());
+        async move { run_cli(&["check", "--config", file.arg()]).await }
+    };
+    let out = check("").await;
+    assert!(
+        out.status.success(),
+        "a warning is not a problem:\n{}",
+        out.stdout
+    );
+    let warnings: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{}", out.stdout);
+    assert!(
+        warnings[0].contains("column created_at (timestamp with time zone)")
+            && warnings[0].contains("epoch milliseconds")
+            && warnings[0].contains("time_unit"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        warnings[1].contains("column day (date)") && warnings[1].contains("10,000,000"),
+        "{}",
+        out.stdout
+    );
+
+    let out = check("format = \"connect-json\"").await;
+    assert!(
+        out.stdout
+            .contains("reads an integer in a record without a schema"),
+        "{}",
+        out.stdout
+    );
+
+    let out = check("time_unit = \"us\"\n[topics.time_units]\nday = \"days\"").await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
+    assert!(out.stdout.contains("integers in us"), "{}", out.stdout);
+    assert!(out.stdout.contains("integers in days"), "{}", out.stdout);
 }

@@ -432,3 +432,188 @@ async fn key_from_offset_makes_every_record_its_own_row() {
     assert_exactly_once(&db, "orders", 1_000).await;
     assert!(sink.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_decimals_load_from_base64_and_from_json_numbers() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE prices (id int PRIMARY KEY, price numeric(10,2), exact numeric)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let decimal = |field: &str| {
+        format!(
+            r#"{{"field":"{field}","type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"2"}}}}"#
+        )
+    };
+    let schema = format!(
+        r#"{{"type":"struct","optional":false,"fields":[{{"field":"id","type":"int32"}},{},{}]}}"#,
+        decimal("price"),
+        decimal("exact")
+    );
+    let b64 = |unscaled: i64| {
+        let bytes = unscaled.to_be_bytes();
+        // The shortest two's-complement form, as Connect writes it.
+        let skip = (0..7)
+            .take_while(|&i| {
+                (bytes[i] == 0 && bytes[i + 1] & 0x80 == 0)
+                    || (bytes[i] == 0xff && bytes[i + 1] & 0x80 != 0)
+            })
+            .count();
+        format!(
+            "\"{}\"",
+            base64::engine::general_purpose::STANDARD.encode(&bytes[skip..])
+        )
+    };
+    // (id, price, exact) as the payload writes them: base64 (decimal.format=BASE64, the
+    // default) or JSON numbers (decimal.format=NUMERIC).
+    let payloads = [
+        (1, b64(12345), b64(-5)),
+        (2, "123.45".to_string(), "-0.05".to_string()),
+        (3, b64(-1), b64(1_234_567_890_123_456_789)),
+        (4, "-0.01".to_string(), "12345678901234567.89".to_string()),
+        // A number is taken as written: the column's own scale applies, as to any number.
+        (5, "0.005".to_string(), "1.5".to_string()),
+        (6, "0".to_string(), "1e3".to_string()),
+    ];
+    let records: Vec<RawRecord> = payloads
+        .iter()
+        .map(|(id, price, exact)| {
+            RawRecord::json(
+                0,
+                &format!(
+                    r#"{{"schema":{schema},"payload":{{"id":{id},"price":{price},"exact":{exact}}}}}"#
+                ),
+            )
+        })
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "prices");
+    config.topic_settings = "format = \"connect-json\"".into();
+    config.metadata = String::new();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(i32, String, String)> =
+        sqlx::query_as("SELECT id, price::text, exact::text FROM prices ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let expected: Vec<(i32, String, String)> = [
+        (1, "123.45", "-0.05"),
+        (2, "123.45", "-0.05"),
+        (3, "-0.01", "12345678901234567.89"),
+        (4, "-0.01", "12345678901234567.89"),
+        (5, "0.01", "1.5"),
+        (6, "0.00", "1000"),
+    ]
+    .iter()
+    .map(|(id, p, e)| (*id, p.to_string(), e.to_string()))
+    .collect();
+    assert_eq!(rows, expected);
+    assert!(sink.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schemaless_debezium_microseconds_land_exactly_with_their_time_unit() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE visits (id int PRIMARY KEY, created_at timestamptz, local_at timestamp,
+                                  day date, legacy_ms timestamptz)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    // Debezium with schemas.enable=false: MicroTimestamp as bare microseconds, Date as days.
+    let event = |id: i32, created: i64, local: i64, day: i64, legacy: i64| {
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"created_at":{created},"local_at":{local},"day":{day},"legacy_ms":{legacy}}},"op":"c","source":{{}}}}"#
+        )
+    };
+    let schema_field = |field: &str, name: &str| {
+        format!(r#"{{"field":"{field}","type":"int64","optional":true,"name":"{name}"}}"#)
+    };
+    // The same stream with its schema: a schema's unit wins over the topic's time_unit.
+    let with_schema = format!(
+        r#"{{"schema":{{"type":"struct","fields":[{{"field":"after","type":"struct","optional":true,"fields":[{{"field":"id","type":"int32"}},{},{}]}}]}},"payload":{}}}"#,
+        schema_field("created_at", "io.debezium.time.Timestamp"),
+        schema_field("local_at", "io.debezium.time.NanoTimestamp"),
+        event(4, 1_700_000_000_123, 1_700_000_000_123_456_789, 19_675, 1)
+    );
+    let records = vec![
+        RawRecord::json(
+            0,
+            &event(
+                1,
+                1_700_000_000_123_456,
+                1_700_000_000_654_321,
+                19_675,
+                1_700_000_000_123,
+            ),
+        ),
+        // Before 1970, with sub-second parts.
+        RawRecord::json(0, &event(2, -1, -1_500, -1, -1)),
+        RawRecord::json(0, &event(3, 0, 86_400_000_001, 0, 0)),
+        RawRecord::json(0, &with_schema),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "visits");
+    config.metadata = String::new();
+    config.topic_settings = "format = \"debezium\"\ntime_unit = \"us\"\n\
+                             [topics.time_units]\nday = \"days\"\nlegacy_ms = \"ms\""
+        .into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(i32, String, String, String, String)> = sqlx::query_as(
+        "SELECT id, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),
+                to_char(local_at, 'YYYY-MM-DD HH24:MI:SS.US'), day::text,
+                to_char(legacy_ms AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+           FROM visits ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(i32, String, String, String, String)> = [
+        (
+            1,
+            "2023-11-14 22:13:20.123456",
+            "2023-11-14 22:13:20.654321",
+            "2023-11-14",
+            "2023-11-14 22:13:20.123000",
+        ),
+        (
+            2,
+            "1969-12-31 23:59:59.999999",
+            "1969-12-31 23:59:59.998500",
+            "1969-12-31",
+            "1969-12-31 23:59:59.999000",
+        ),
+        (
+            3,
+            "1970-01-01 00:00:00.000000",
+            "1970-01-02 00:00:00.000001",
+            "1970-01-01",
+            "1970-01-01 00:00:00.000000",
+        ),
+        (
+            4,
+            "2023-11-14 22:13:20.123000",
+            "2023-11-14 22:13:20.123456",
+            "2023-11-14",
+            "1970-01-01 00:00:00.001000",
+        ),
+    ]
+    .iter()
+    .map(|(id, c, l, d, m)| {
+        (
+            *id,
+            c.to_string(),
+            l.to_string(),
+            d.to_string(),
+            m.to_string(),
+        )
+    })
+    .collect();
+    assert_eq!(rows, expected);
+    assert!(sink.stop().success());
+}
