@@ -60,6 +60,11 @@ impl TableWrite {
         out
     }
 
+    /// Rows in this write, deletes included.
+    pub fn rows(&self) -> usize {
+        self.copies.iter().map(|c| c.ordinals.len()).sum()
+    }
+
     /// The full ordinal range.
     pub fn span(&self) -> (i64, i64) {
         let lo = self
@@ -106,8 +111,6 @@ pub struct Batch {
     pub dead_letters: Vec<DeadLetter>,
     /// Records consumed.
     pub records: usize,
-    /// Rows copied (upserted or inserted) and keys deleted.
-    pub rows: usize,
     pub opened_at: Instant,
 }
 
@@ -164,9 +167,7 @@ impl OpenBatch {
     pub fn seal(&mut self, id: u64, offsets: Vec<OffsetAdvance>) -> Batch {
         let open = std::mem::take(self);
         let mut writes = Vec::new();
-        let mut rows = 0;
         for (target, table_rows) in open.tables.into_iter().flatten() {
-            rows += table_rows.rows();
             if let Some(write) = table_write(table_rows, target) {
                 writes.push(write);
             }
@@ -177,7 +178,6 @@ impl OpenBatch {
             writes,
             dead_letters: open.dead_letters,
             records: open.records,
-            rows,
             opened_at: open.opened_at.unwrap_or_else(Instant::now),
         }
     }

@@ -42,6 +42,7 @@ pub struct WriteResult {
     pub lane: usize,
     pub batch_id: u64,
     pub records: usize,
+    /// Rows committed (rows that became dead letters are not rows written).
     pub rows: usize,
     pub outcome: Outcome,
     /// BEGIN to COMMIT.
@@ -50,7 +51,7 @@ pub struct WriteResult {
     pub batch_age: Duration,
     /// Dead letters written with the batch.
     pub dead_letters: usize,
-    /// Rows per table (rows that became dead letters included).
+    /// Rows committed per table (rows that became dead letters excluded).
     pub tables: Vec<(String, usize)>,
     /// The positions the batch moved to, when it committed.
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
@@ -85,6 +86,14 @@ impl WriterConfig {
             .log_statements(tracing::log::LevelFilter::Trace)
             .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(10)))
     }
+}
+
+/// What a committed batch wrote.
+#[derive(Debug, Default)]
+struct Written {
+    dead_letters: usize,
+    /// Rows per table, without the rows PostgreSQL refused and that became dead letters.
+    tables: Vec<(String, usize)>,
 }
 
 /// The writer task has stopped; the batch was not handed over.
@@ -133,10 +142,10 @@ async fn run(
     let mut session: Option<Session> = None;
     while let Some(batch) = batches.recv().await {
         let started = Instant::now();
-        let mut dead_letters = 0;
+        let mut written = Written::default();
         let outcome = match write(&mut session, &config, &batch).await {
-            Ok(n) => {
-                dead_letters = n;
+            Ok(w) => {
+                written = w;
                 Outcome::Committed
             }
             Err(outcome) => {
@@ -151,21 +160,12 @@ async fn run(
             lane: id,
             batch_id: batch.id,
             records: batch.records,
-            rows: batch.rows,
+            rows: written.tables.iter().map(|(_, n)| n).sum(),
             outcome,
             transaction_time: started.elapsed(),
             batch_age: batch.opened_at.elapsed(),
-            dead_letters,
-            tables: batch
-                .writes
-                .iter()
-                .map(|w| {
-                    (
-                        w.table.clone(),
-                        w.copies.iter().map(|c| c.ordinals.len()).sum(),
-                    )
-                })
-                .collect(),
+            dead_letters: written.dead_letters,
+            tables: written.tables,
             offsets: batch.offsets.clone(),
         };
         if results.send(result).is_err() {
@@ -177,12 +177,12 @@ async fn run(
     }
 }
 
-/// One batch, one transaction; returns how many dead letters it wrote.
+/// One batch, one transaction; returns what it wrote.
 async fn write(
     session: &mut Option<Session>,
     config: &WriterConfig,
     batch: &Batch,
-) -> Result<usize, Outcome> {
+) -> Result<Written, Outcome> {
     if session.is_none() {
         let options = config
             .connect_options()
@@ -209,10 +209,14 @@ async fn write(
         });
     }
     let mut dead = batch.dead_letters.clone();
+    let mut tables = Vec::with_capacity(batch.writes.len());
     for write in &batch.writes {
+        let before = dead.len();
         apply_table(&mut tx, write, staged, &mut dead)
             .await
             .map_err(classify)?;
+        // A refused row became a dead letter instead of a row.
+        tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
     }
     if !dead.is_empty() {
         dead_letter::insert(&mut tx, &config.group, &dead)
@@ -225,7 +229,10 @@ async fn write(
         }
     }
     tx.commit().await.map_err(classify)?;
-    Ok(dead.len())
+    Ok(Written {
+        dead_letters: dead.len(),
+        tables,
+    })
 }
 
 /// Writes one table's rows. Where rejected rows become dead letters, the rows are applied

@@ -12,6 +12,7 @@ mod mapping;
 mod operations;
 mod out_of_range;
 mod rebalance;
+mod rejected;
 mod restarts;
 mod security;
 mod upsert;

@@ -268,7 +268,7 @@ async fn offsets_reset_to_every_target_and_under_a_running_sink() {
 }
 
 /// GET `path` from `address`; (status, body).
-fn get(address: &str, path: &str) -> (u16, String) {
+pub(crate) fn get(address: &str, path: &str) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -282,7 +282,7 @@ fn get(address: &str, path: &str) -> (u16, String) {
 }
 
 /// Prometheus text format: `name{labels} value` lines into a map.
-fn parse_metrics(text: &str) -> HashMap<String, f64> {
+pub(crate) fn parse_metrics(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| {
