@@ -334,18 +334,30 @@ fn is_row_error(e: &sqlx::Error) -> bool {
     }
 }
 
-/// PostgreSQL's message with its SQLSTATE and detail.
+/// PostgreSQL's message with its SQLSTATE, the table, column and constraint it names, and
+/// its detail.
 fn describe_db_error(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                Some(pg) => match pg.detail() {
-                    Some(detail) => format!("{} (SQLSTATE {code}; {detail})", pg.message()),
-                    None => format!("{} (SQLSTATE {code})", pg.message()),
-                },
-                None => format!("{} (SQLSTATE {code})", db.message()),
-            }
+            let mut notes = vec![format!("SQLSTATE {code}")];
+            let message = match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => {
+                    match (pg.schema(), pg.table()) {
+                        (Some(schema), Some(table)) => {
+                            notes.push(format!("table {schema}.{table}"))
+                        }
+                        (None, Some(table)) => notes.push(format!("table {table}")),
+                        _ => {}
+                    }
+                    notes.extend(pg.column().map(|c| format!("column {c}")));
+                    notes.extend(pg.constraint().map(|c| format!("constraint {c}")));
+                    notes.extend(pg.detail().map(str::to_string));
+                    pg.message()
+                }
+                None => db.message(),
+            };
+            format!("{message} ({})", notes.join("; "))
         }
         other => other.to_string(),
     }
