@@ -160,3 +160,216 @@ async fn dead_lettered_rows_are_not_counted_as_written() {
     assert_eq!(summary("dead_letters"), "60");
     assert_eq!(summary("records_committed"), "1010");
 }
+
+/// Waits for a sink that must stop on its own; its exit status.
+fn wait_stopped(sink: &mut Sink) -> std::process::ExitStatus {
+    sink.wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the sink should stop\n{}", sink.logs_tail(30)))
+}
+
+/// The ERROR line that names `record`, or a panic showing the log.
+fn error_naming(sink: &Sink, record: &str) -> String {
+    let logs = sink.logs();
+    logs.lines()
+        .find(|l| l.contains("ERROR") && l.contains(record))
+        .unwrap_or_else(|| panic!("no ERROR line naming {record}\n{}", sink.logs_tail(30)))
+        .to_string()
+}
+
+/// Orders 0..999 over two partitions (order `id` to partition `id % 2`), one writer and one
+/// batch for them all; the CHECK refuses order 600, partition 0's offset 300. The sink stops
+/// there: partition 0 rests on the refused record with everything before it written,
+/// partition 1 is written in full, and a restart stops at the same record again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_row_stops_the_sink_at_that_record() {
+    let db = TestDb::migrated().await;
+    db.pool.execute(ORDERS).await.unwrap();
+    let topic = TestTopic::create(2).await;
+    let records: Vec<RawRecord> = (0..1000i64)
+        .map(|id| RawRecord::json((id % 2) as i32, &order(id, id == 600)))
+        .collect();
+    let offsets = offsets_of(&records);
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.writers = 1;
+    config.max_records = 10_000;
+    config.max_wait_ms = 3_000; // one batch holds both partitions around the refused record
+    let mut sink = Sink::start(&config, "sink");
+    let status = wait_stopped(&mut sink);
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(30));
+    let record = format!("{}/0@300", topic.name);
+    let line = error_naming(&sink, &record);
+    assert!(line.contains("orders_amount_check"), "{line}");
+    assert!(line.contains("SQLSTATE 23514"), "{line}");
+    // The 200 records after it on partition 0 were neither written nor counted.
+    assert_eq!(log_field(&sink, "summary", "rows_committed"), "800");
+    assert_eq!(log_field(&sink, "summary", "records_committed"), "800");
+
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(300)), (1, Some(500))],
+        "partition 0 rests on the refused record; partition 1 is done"
+    );
+    let mut want: Vec<Row> = (0..1000i64)
+        .zip(&offsets)
+        .filter(|&(id, &offset)| id % 2 == 1 || offset < 300)
+        .map(|(id, &offset)| row(id, (id % 2) as i32, offset))
+        .collect();
+    want.sort_by_key(|r| (r.3, r.4));
+    assert_eq!(table_rows(&db).await, want);
+
+    // Nothing skipped the record: a restart meets it again and changes nothing.
+    let mut again = Sink::start(&config, "again");
+    let status = wait_stopped(&mut again);
+    assert_eq!(status.code(), Some(1), "{}", again.logs_tail(30));
+    error_naming(&again, &record);
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(300)), (1, Some(500))]
+    );
+    assert_eq!(table_rows(&db).await, want);
+}
+
+/// Two upsert topics into two tables share one writer and one batch; the CHECK of topic A's
+/// table refuses A's record at offset 50. B's rows of that batch commit in full, A's up to
+/// the refused record, each table equal to a replay of what committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_row_leaves_another_topic_of_the_batch_written() {
+    let db = TestDb::migrated().await;
+    for table in ["orders_a", "orders_b"] {
+        db.pool
+            .execute(
+                format!(
+                    "CREATE TABLE {table} (
+                        id bigint PRIMARY KEY, customer text NOT NULL,
+                        amount numeric(12,2) NOT NULL CHECK (amount >= 0),
+                        kafka_partition int NOT NULL, kafka_offset bigint NOT NULL)"
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+    }
+    // Which transaction moved each position, to know both topics shared the batch.
+    db.pool
+        .execute(
+            "CREATE TABLE offset_moves (topic text, next bigint, tx bigint DEFAULT txid_current());
+             CREATE FUNCTION note_move() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO offset_moves (topic, next) VALUES (NEW.topic, NEW.next_offset);
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER note_move AFTER UPDATE ON kafka_offsets FOR EACH ROW
+                 WHEN (NEW.next_offset IS DISTINCT FROM OLD.next_offset) EXECUTE FUNCTION note_move();",
+        )
+        .await
+        .unwrap();
+    let a = TestTopic::create(1).await;
+    let b = TestTopic::create(1).await;
+    // Record i of a topic is order i under key i % 30 (the batch repeats keys); the refused
+    // one has a key of its own, so no later record supersedes it in the merge.
+    let record = |i: i64, refused: bool| {
+        let key = if refused { 1000 } else { i % 30 };
+        let value = order(i, refused).replacen(&format!("\"id\":{i}"), &format!("\"id\":{key}"), 1);
+        RawRecord::json(0, &value)
+    };
+    let producer = producer();
+    let a_records: Vec<RawRecord> = (0..100).map(|i| record(i, i == 50)).collect();
+    let b_records: Vec<RawRecord> = (0..100).map(|i| record(i, false)).collect();
+    produce_raw(&producer, &a.name, &a_records).await;
+    produce_raw(&producer, &b.name, &b_records).await;
+
+    let mut config = SinkConfig::new(&db.url, &a.name, "orders_a");
+    config.writers = 1;
+    config.max_records = 10_000;
+    config.max_wait_ms = 3_000; // both topics are fetched before the one batch closes
+    config.topic_settings = "mode = \"upsert\"".into();
+    config.extra = format!(
+        "[[topics]]\nname = \"{}\"\ntable = \"orders_b\"\nmode = \"upsert\"\n[topics.metadata]\npartition = \"kafka_partition\"\noffset = \"kafka_offset\"\n",
+        b.name
+    );
+    let mut sink = Sink::start(&config, "sink");
+    let status = wait_stopped(&mut sink);
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(30));
+    let line = error_naming(&sink, &format!("{}/0@50", a.name));
+    assert!(line.contains("orders_a_amount_check"), "{line}");
+    let transactions: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT topic, next, tx FROM offset_moves ORDER BY topic")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        transactions.len() == 2 && transactions[0].2 == transactions[1].2,
+        "one transaction moved both topics: {transactions:?}"
+    );
+
+    assert_eq!(
+        db.stored_offsets(&config.group, &a.name).await,
+        vec![(0, Some(50))]
+    );
+    assert_eq!(
+        db.stored_offsets(&config.group, &b.name).await,
+        vec![(0, Some(100))]
+    );
+    // A replay of the records that committed: the last one per key wins.
+    let replay = |n: i64| {
+        let mut last: BTreeMap<i64, Row> = BTreeMap::new();
+        for i in 0..n {
+            let (_, customer, amount, partition, offset) = row(i, 0, i);
+            last.insert(i % 30, (i % 30, customer, amount, partition, offset));
+        }
+        last.into_values().collect::<Vec<Row>>()
+    };
+    let table = |name: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, Row>(&format!(
+                "SELECT id, customer, amount::text, kafka_partition, kafka_offset FROM {name} ORDER BY id"
+            ))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(table("orders_a").await, replay(50));
+    assert_eq!(table("orders_b").await, replay(100));
+}
+
+/// Two refused records in one batch, one per partition: with the first left out the batch
+/// still fails, so nothing of it commits, and the sink stops naming the first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_refused_row_in_the_batch_commits_nothing() {
+    let db = TestDb::migrated().await;
+    db.pool.execute(ORDERS).await.unwrap();
+    let topic = TestTopic::create(2).await;
+    // Order 600 is partition 0's offset 300, order 201 partition 1's offset 100.
+    let records: Vec<RawRecord> = (0..1000i64)
+        .map(|id| RawRecord::json((id % 2) as i32, &order(id, id == 600 || id == 201)))
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.writers = 1;
+    config.max_records = 10_000;
+    config.max_wait_ms = 3_000;
+    let mut sink = Sink::start(&config, "sink");
+    let status = wait_stopped(&mut sink);
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(30));
+    let logs = sink.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("still failed"))
+        .unwrap_or_else(|| panic!("no ERROR line\n{}", sink.logs_tail(30)));
+    assert!(
+        line.contains(&format!("record {}/0@300 was refused", topic.name))
+            || line.contains(&format!("record {}/1@100 was refused", topic.name)),
+        "{line}"
+    );
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, None), (1, None)],
+        "nothing of the batch committed"
+    );
+    assert_eq!(db.count("orders").await, 0);
+}
