@@ -19,6 +19,8 @@ const ORDINAL: &str = "__kps_ord";
 pub struct TableWrite {
     /// `schema.table`, for dead letters and messages.
     pub table: String,
+    /// The topic whose records the rows are (one per write: a batch has a write per route).
+    pub topic: Arc<str>,
     /// Statements that prepare the session (temporary staging tables), run once per
     /// connection; the name identifies them.
     pub setup: Option<(String, Vec<String>)>,
@@ -29,6 +31,9 @@ pub struct TableWrite {
     pub statements: Vec<String>,
     /// Set when rows PostgreSQL rejects become dead letters instead of failing the batch.
     pub dead_letters: Option<DeadLetterTarget>,
+    /// A partition whose rows from this offset on are left out: PostgreSQL refused the record
+    /// there and the topic stops on errors, so its position rests on that record.
+    pub left_out: Option<(i32, i64)>,
 }
 
 /// One COPY stream of a table write.
@@ -39,6 +44,21 @@ pub struct StagedCopy {
     pub ordinals: Vec<i64>,
     /// One per row, or empty when not kept.
     pub origins: Vec<OwnedRecord>,
+    /// One per row: its record's partition and offset.
+    pub positions: Vec<(i32, i64)>,
+}
+
+impl StagedCopy {
+    /// Whether row `i` is written, given the write's `left_out`.
+    pub fn keeps(&self, i: usize, left_out: Option<(i32, i64)>) -> bool {
+        match left_out {
+            Some((partition, from)) => {
+                let (p, offset) = self.positions[i];
+                p != partition || offset < from
+            }
+            None => true,
+        }
+    }
 }
 
 /// Where a rejected row's dead letter goes.
@@ -58,6 +78,27 @@ impl TableWrite {
             .collect();
         out.sort_unstable();
         out
+    }
+
+    /// Rows this write applies, deletes included (rows left out are not).
+    pub fn rows(&self) -> usize {
+        self.copies
+            .iter()
+            .map(|c| match self.left_out {
+                None => c.ordinals.len(),
+                Some(_) => (0..c.ordinals.len())
+                    .filter(|&i| c.keeps(i, self.left_out))
+                    .count(),
+            })
+            .sum()
+    }
+
+    /// The partition and offset of the row with `ordinal`.
+    pub fn position_of(&self, ordinal: i64) -> Option<(i32, i64)> {
+        self.copies.iter().find_map(|c| {
+            let i = c.ordinals.binary_search(&ordinal).ok()?;
+            c.positions.get(i).copied()
+        })
     }
 
     /// The full ordinal range.
@@ -106,8 +147,6 @@ pub struct Batch {
     pub dead_letters: Vec<DeadLetter>,
     /// Records consumed.
     pub records: usize,
-    /// Rows copied (upserted or inserted) and keys deleted.
-    pub rows: usize,
     pub opened_at: Instant,
 }
 
@@ -159,9 +198,7 @@ impl OpenBatch {
     pub fn seal(&mut self, id: u64, offsets: Vec<OffsetAdvance>) -> Batch {
         let open = std::mem::take(self);
         let mut writes = Vec::new();
-        let mut rows = 0;
         for (target, table_rows) in open.tables.into_iter().flatten() {
-            rows += table_rows.rows();
             if let Some(write) = table_write(table_rows, target) {
                 writes.push(write);
             }
@@ -172,7 +209,6 @@ impl OpenBatch {
             writes,
             dead_letters: open.dead_letters,
             records: open.records,
-            rows,
             opened_at: open.opened_at.unwrap_or_else(Instant::now),
         }
     }
@@ -182,6 +218,7 @@ impl OpenBatch {
 /// and the merge and delete in upsert mode.
 pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWrite> {
     let table = rows.table.clone();
+    let topic = target.topic.clone();
     let dead_letters = rows.keep_origins.then_some(target);
     let names = |columns: &[u16]| -> Vec<String> {
         columns
@@ -194,6 +231,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         data: r.buffer.finish_rows(),
         ordinals: r.ordinals,
         origins: r.origins,
+        positions: r.positions,
     };
     let Some(keys) = rows.upsert_keys.clone() else {
         let copies: Vec<StagedCopy> = rows
@@ -204,10 +242,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             .collect();
         return (!copies.is_empty()).then(|| TableWrite {
             table: table.to_string(),
+            topic,
             setup: None,
             copies,
             statements: Vec::new(),
             dead_letters,
+            left_out: None,
         });
     };
     let staging = Staging::of(&table);
@@ -297,10 +337,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
         table: table.to_string(),
+        topic,
         setup: Some((staging.upserts.clone(), staging.create(&table, &key_names))),
         copies,
         statements,
         dead_letters,
+        left_out: None,
     })
 }
 

@@ -142,6 +142,22 @@ impl CopyData {
         out.put_slice(&TRAILER);
         out.freeze()
     }
+
+    /// The rows in `from..to` for which `keep` holds, as a COPY stream of their own: a batch
+    /// applied again without the rows it must leave out.
+    pub fn subset_where(&self, from: usize, to: usize, keep: impl Fn(usize) -> bool) -> Bytes {
+        let end = |i: usize| match self.row_starts.get(i + 1) {
+            Some(&next) => next,
+            None => self.data.len() - TRAILER.len(),
+        };
+        let mut out = BytesMut::with_capacity(HEADER.len() + TRAILER.len());
+        out.put_slice(HEADER);
+        for i in (from..to).filter(|&i| keep(i)) {
+            out.put_slice(&self.data[self.row_starts[i]..end(i)]);
+        }
+        out.put_slice(&TRAILER);
+        out.freeze()
+    }
 }
 
 /// Where a row started, so a failed row can be undone.
@@ -314,6 +330,17 @@ mod tests {
                 .as_slice()
         );
         assert_eq!(data.subset(0, 3), data.data);
+        assert_eq!(
+            &data.subset_where(0, 3, |i| i != 1)[..],
+            [HEADER, &row(b"a"), &row(b"c"), &TRAILER]
+                .concat()
+                .as_slice()
+        );
+        assert_eq!(
+            &data.subset_where(1, 3, |i| i == 2)[..],
+            [HEADER, &row(b"c"), &TRAILER].concat().as_slice()
+        );
+        assert_eq!(data.subset_where(0, 3, |_| true), data.data);
     }
 
     /// Prints the binary numeric back as decimal text with exactly `dscale` fraction digits.

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::batch::{Batch, TableWrite};
 use crate::dead_letter::{self, DeadLetter};
-use crate::offsets::{self, APPLICATION_NAME};
+use crate::offsets::{self, TopicPartition, APPLICATION_NAME};
 use rdkafka::producer::FutureProducer;
 
 /// How a batch transaction ended.
@@ -36,6 +36,14 @@ pub enum Outcome {
     Transient(String),
     /// The data or the schema is wrong; retrying the same batch cannot succeed.
     Permanent(String),
+    /// PostgreSQL refused the row of record `offset` of `tp`, whose topic stops on errors. The
+    /// rest of the batch committed without it and without the partition's later records, so
+    /// the partition's position rests on it (`WriteResult::offsets` as committed).
+    RejectedRecord {
+        tp: TopicPartition,
+        offset: i64,
+        reason: String,
+    },
 }
 
 /// A writer's report on one batch.
@@ -44,6 +52,7 @@ pub struct WriteResult {
     pub lane: usize,
     pub batch_id: u64,
     pub records: usize,
+    /// Rows committed (rows that became dead letters are not rows written).
     pub rows: usize,
     pub outcome: Outcome,
     /// BEGIN to COMMIT.
@@ -52,9 +61,9 @@ pub struct WriteResult {
     pub batch_age: Duration,
     /// Dead letters written with the batch.
     pub dead_letters: usize,
-    /// Rows per table (rows that became dead letters included).
+    /// Rows committed per table (rows that became dead letters excluded).
     pub tables: Vec<(String, usize)>,
-    /// The positions the batch moved to, when it committed.
+    /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
 
@@ -87,6 +96,34 @@ impl WriterConfig {
             .log_statements(tracing::log::LevelFilter::Trace)
             .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(10)))
     }
+}
+
+/// What a committed batch wrote.
+#[derive(Debug, Default)]
+struct Written {
+    dead_letters: usize,
+    /// Rows per table, without the rows PostgreSQL refused and that became dead letters.
+    tables: Vec<(String, usize)>,
+    /// The record the batch was committed without.
+    refused: Option<Refused>,
+}
+
+impl Written {
+    /// Committed, or committed without a refused record.
+    fn take_outcome(&mut self) -> Outcome {
+        match self.refused.take() {
+            Some(Refused { tp, offset, reason }) => Outcome::RejectedRecord { tp, offset, reason },
+            None => Outcome::Committed,
+        }
+    }
+}
+
+/// A row PostgreSQL refused, named by its record.
+#[derive(Debug)]
+struct Refused {
+    tp: TopicPartition,
+    offset: i64,
+    reason: String,
 }
 
 /// What a writer tells the consumer thread.
@@ -176,15 +213,16 @@ async fn run(
     let mut session: Option<Session> = None;
     #[cfg(debug_assertions)]
     let mut fault = fault::WriterPanic::from_env(id);
-    while let Some(batch) = batches.recv().await {
+    while let Some(mut batch) = batches.recv().await {
         #[cfg(debug_assertions)]
         fault.before_batch();
         let started = Instant::now();
-        let mut dead_letters = 0;
-        let outcome = match write(&mut session, &config, &batch).await {
-            Ok(n) => {
-                dead_letters = n;
-                Outcome::Committed
+        let mut written = Written::default();
+        let outcome = match write(&mut session, &config, &mut batch).await {
+            Ok(mut w) => {
+                let outcome = w.take_outcome();
+                written = w;
+                outcome
             }
             Err(outcome) => {
                 // The connection's state is unknown after a failure: start afresh.
@@ -198,21 +236,12 @@ async fn run(
             lane: id,
             batch_id: batch.id,
             records: batch.records,
-            rows: batch.rows,
+            rows: written.tables.iter().map(|(_, n)| n).sum(),
             outcome,
             transaction_time: started.elapsed(),
             batch_age: batch.opened_at.elapsed(),
-            dead_letters,
-            tables: batch
-                .writes
-                .iter()
-                .map(|w| {
-                    (
-                        w.table.clone(),
-                        w.copies.iter().map(|c| c.ordinals.len()).sum(),
-                    )
-                })
-                .collect(),
+            dead_letters: written.dead_letters,
+            tables: written.tables,
             offsets: batch.offsets.clone(),
         };
         if results.send(WriterEvent::Done(result)).is_err() {
@@ -224,12 +253,100 @@ async fn run(
     }
 }
 
-/// One batch, one transaction; returns how many dead letters it wrote.
+/// One batch, one transaction; returns what it wrote. A batch PostgreSQL refuses for a row of
+/// a topic that stops on errors is searched for the first such row, then written again without
+/// that record and its partition's later records: `batch.offsets` then end on the record.
 async fn write(
     session: &mut Option<Session>,
     config: &WriterConfig,
+    batch: &mut Batch,
+) -> Result<Written, Outcome> {
+    let failed = match transact(session, config, batch).await {
+        Err(outcome @ Outcome::Permanent(_)) => outcome,
+        done => return done,
+    };
+    let Some(Session { conn, staged }) = session.as_mut() else {
+        return Err(failed);
+    };
+    if batch.writes.iter().all(|w| w.dead_letters.is_some()) {
+        return Err(failed);
+    }
+    // The failed transaction took the staging tables it created with it.
+    staged.clear();
+    let refused = match find_refused(conn, staged, batch).await {
+        Ok(Some(refused)) => refused,
+        Ok(None) => return Err(failed),
+        Err(e) => return Err(classify(e)),
+    };
+    staged.clear();
+    tracing::warn!(tp = %refused.tp, offset = refused.offset, error = %refused.reason,
+        "row refused by PostgreSQL: writing the batch without it and its partition's later records");
+    let offsets = batch.offsets.clone();
+    leave_out(batch, &refused);
+    match transact(session, config, batch).await {
+        Ok(mut written) => {
+            written.refused = Some(refused);
+            Ok(written)
+        }
+        Err(outcome) => {
+            batch.offsets = offsets;
+            Err(match outcome {
+                Outcome::Permanent(reason) => Outcome::Permanent(format!(
+                    "record {}@{} was refused ({}); without it and its partition's later records the batch still failed: {reason}",
+                    refused.tp, refused.offset, refused.reason
+                )),
+                other => other,
+            })
+        }
+    }
+}
+
+/// Applies the batch's rows under savepoints, splitting refused ranges, until the first
+/// refused row of a topic that stops on errors stands alone; then rolls everything back.
+/// `None` when no single row explains the failure.
+async fn find_refused(
+    conn: &mut PgConnection,
+    staged: &mut HashSet<String>,
     batch: &Batch,
-) -> Result<usize, Outcome> {
+) -> Result<Option<Refused>, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let mut dead = Vec::new();
+    let mut found = None;
+    for write in &batch.writes {
+        found = apply_rows(&mut tx, write, staged, &mut dead, true).await?;
+        if found.is_some() {
+            break;
+        }
+    }
+    tx.rollback().await?;
+    Ok(found)
+}
+
+/// Leaves the refused record and its partition's later records out of `batch`; the
+/// partition's advance then ends on the record, so a restart meets it again.
+fn leave_out(batch: &mut Batch, refused: &Refused) {
+    let (tp, offset) = (&refused.tp, refused.offset);
+    for write in batch.writes.iter_mut().filter(|w| w.topic == tp.topic) {
+        let rows = write.rows();
+        write.left_out = Some((tp.partition, offset));
+        // Each record of a topic that stops on errors is a row: those left out are not
+        // committed records either.
+        batch.records -= rows - write.rows();
+    }
+    for advance in batch.offsets.iter_mut().filter(|a| a.tp == *tp) {
+        advance.next = offset;
+    }
+    batch.dead_letters.retain(|d| {
+        d.topic != tp.topic || d.record.partition != tp.partition || d.record.offset < offset
+    });
+}
+
+/// The batch's one transaction.
+async fn transact(
+    session: &mut Option<Session>,
+    config: &WriterConfig,
+    batch: &Batch,
+) -> Result<Written, Outcome> {
     if session.is_none() {
         let options = config
             .connect_options()
@@ -260,10 +377,14 @@ async fn write(
         });
     }
     let mut dead = batch.dead_letters.clone();
+    let mut tables = Vec::with_capacity(batch.writes.len());
     for write in &batch.writes {
+        let before = dead.len();
         apply_table(&mut tx, write, staged, &mut dead)
             .await
             .map_err(classify)?;
+        // A refused row became a dead letter instead of a row.
+        tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
     }
     if !dead.is_empty() {
         dead_letter::insert(&mut tx, &config.group, &dead)
@@ -276,7 +397,11 @@ async fn write(
         }
     }
     tx.commit().await.map_err(classify)?;
-    Ok(dead.len())
+    Ok(Written {
+        dead_letters: dead.len(),
+        tables,
+        refused: None,
+    })
 }
 
 /// Writes one table's rows. Where rejected rows become dead letters, the rows are applied
@@ -288,6 +413,21 @@ pub async fn apply_table(
     staged: &mut HashSet<String>,
     dead: &mut Vec<DeadLetter>,
 ) -> Result<(), sqlx::Error> {
+    // Only a search returns a refused row; otherwise it is an error.
+    apply_rows(conn, write, staged, dead, false)
+        .await
+        .map(|_| ())
+}
+
+/// `apply_table`, and with `search` also for a topic that stops on errors: its first refused
+/// row, once it stands alone, is returned (the savepoint left to the caller's rollback).
+async fn apply_rows(
+    conn: &mut PgConnection,
+    write: &TableWrite,
+    staged: &mut HashSet<String>,
+    dead: &mut Vec<DeadLetter>,
+    search: bool,
+) -> Result<Option<Refused>, sqlx::Error> {
     if let Some((id, setup)) = &write.setup {
         if !staged.contains(id) {
             for statement in setup {
@@ -300,8 +440,8 @@ pub async fn apply_table(
         }
     }
     let (lo, hi) = write.span();
-    if write.dead_letters.is_none() {
-        return apply_range(conn, write, lo, hi).await;
+    if write.dead_letters.is_none() && !search {
+        return apply_range(conn, write, lo, hi).await.map(|()| None);
     }
     let mut ranges = VecDeque::from([(lo, hi)]);
     while let Some((lo, hi)) = ranges.pop_front() {
@@ -321,6 +461,15 @@ pub async fn apply_table(
                 let ordinals = write.ordinals_in(lo, hi);
                 match ordinals.len() {
                     0 => return Err(e),
+                    1 if write.dead_letters.is_none() => {
+                        let reason = describe_db_error(&e);
+                        let (partition, offset) = write.position_of(ordinals[0]).ok_or(e)?;
+                        return Ok(Some(Refused {
+                            tp: TopicPartition::new(write.topic.clone(), partition),
+                            offset,
+                            reason,
+                        }));
+                    }
                     1 => {
                         let message = describe_db_error(&e);
                         let letter = write.dead_letter(ordinals[0], message).ok_or(e)?;
@@ -338,7 +487,7 @@ pub async fn apply_table(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements.
@@ -354,8 +503,15 @@ async fn apply_range(
         if from == to {
             continue;
         }
+        let data = match write.left_out {
+            None => staged.data.subset(from, to),
+            Some(_) if !(from..to).any(|i| staged.keeps(i, write.left_out)) => continue,
+            Some(_) => staged
+                .data
+                .subset_where(from, to, |i| staged.keeps(i, write.left_out)),
+        };
         let mut copy = conn.copy_in_raw(&staged.statement).await?;
-        if let Err(e) = copy.send(staged.data.subset(from, to)).await {
+        if let Err(e) = copy.send(data).await {
             let _ = copy.abort("send failed").await;
             return Err(e);
         }
@@ -378,18 +534,30 @@ fn is_row_error(e: &sqlx::Error) -> bool {
     }
 }
 
-/// PostgreSQL's message with its SQLSTATE and detail.
+/// PostgreSQL's message with its SQLSTATE, the table, column and constraint it names, and
+/// its detail.
 fn describe_db_error(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                Some(pg) => match pg.detail() {
-                    Some(detail) => format!("{} (SQLSTATE {code}; {detail})", pg.message()),
-                    None => format!("{} (SQLSTATE {code})", pg.message()),
-                },
-                None => format!("{} (SQLSTATE {code})", db.message()),
-            }
+            let mut notes = vec![format!("SQLSTATE {code}")];
+            let message = match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => {
+                    match (pg.schema(), pg.table()) {
+                        (Some(schema), Some(table)) => {
+                            notes.push(format!("table {schema}.{table}"))
+                        }
+                        (None, Some(table)) => notes.push(format!("table {table}")),
+                        _ => {}
+                    }
+                    notes.extend(pg.column().map(|c| format!("column {c}")));
+                    notes.extend(pg.constraint().map(|c| format!("constraint {c}")));
+                    notes.extend(pg.detail().map(str::to_string));
+                    pg.message()
+                }
+                None => db.message(),
+            };
+            format!("{message} ({})", notes.join("; "))
         }
         other => other.to_string(),
     }

@@ -515,7 +515,11 @@ impl TopicMapper {
                     copy.bytes(&ordinal.to_be_bytes());
                 }
                 copy.end_row(mark);
-                shape.note(ordinal, keep.then(|| OwnedRecord::from_view(record)));
+                shape.note(
+                    ordinal,
+                    record,
+                    keep.then(|| OwnedRecord::from_view(record)),
+                );
                 rows.next_ordinal += 1;
             }
             Err(_) => copy.undo_row(mark),
@@ -571,7 +575,11 @@ impl TopicMapper {
         }
         copy.bytes(&ordinal.to_be_bytes());
         copy.end_row(mark);
-        deletes.note(ordinal, keep.then(|| OwnedRecord::from_view(record)));
+        deletes.note(
+            ordinal,
+            record,
+            keep.then(|| OwnedRecord::from_view(record)),
+        );
         rows.next_ordinal += 1;
         Ok(())
     }
@@ -718,6 +726,9 @@ pub struct Rows {
     pub ordinals: Vec<i64>,
     /// Each row's record, kept only where failed rows become dead letters.
     pub origins: Vec<OwnedRecord>,
+    /// Each row's partition and offset, always kept: a refused row is named by them, and the
+    /// rows after it in its partition are left out of the batch.
+    pub positions: Vec<(i32, i64)>,
 }
 
 impl Rows {
@@ -728,13 +739,15 @@ impl Rows {
             buffer: CopyBuffer::new(),
             ordinals: Vec::new(),
             origins: Vec::new(),
+            positions: Vec::new(),
         }
     }
 
-    /// Called only once a row is complete, so ordinals and origins match the rows in the buffer
-    /// one for one.
-    fn note(&mut self, ordinal: i64, origin: Option<OwnedRecord>) {
+    /// Called only once a row is complete, so ordinals, positions and origins match the rows in
+    /// the buffer one for one.
+    fn note(&mut self, ordinal: i64, record: &RecordView<'_>, origin: Option<OwnedRecord>) {
         self.ordinals.push(ordinal);
+        self.positions.push((record.partition, record.offset));
         self.origins.extend(origin);
     }
 }

@@ -124,6 +124,12 @@ pub enum Fatal {
     },
     #[error("PostgreSQL rejected a batch ({batch}): {reason}. Nothing of it was written; fix the table or the data and restart")]
     Rejected { batch: String, reason: String },
+    #[error("PostgreSQL refused record {tp}@{offset}: {reason}. Everything before it is committed and the stored position rests on this record; fix the table or the data and restart")]
+    RejectedRecord {
+        tp: TopicPartition,
+        offset: i64,
+        reason: String,
+    },
     #[error("{tp} has no stored offset and kafka.auto_offset_reset = \"fail\": set its offset in kafka_offsets or choose earliest/latest")]
     NoStoredOffset { tp: TopicPartition },
     #[error("{tp} resumes at offset {stored}, outside its range {low}..{high}: {why}. Nothing was skipped yet. To continue, set kafka.offset_out_of_range = \"earliest\" (or \"latest\"), or move the position: kafka-pg-sink offsets reset --group-id {group} --topic {topic} --partition {partition} --to-offset {low}")]
@@ -691,6 +697,30 @@ impl Pipeline {
                     batch: describe(&result.offsets),
                     reason,
                 });
+            }
+            Outcome::RejectedRecord { tp, offset, reason } => {
+                // The rest of the batch committed; the record's partition rests on it.
+                self.stats.committed_batch(
+                    result.records,
+                    result.rows,
+                    result.transaction_time,
+                    result.batch_age,
+                    &result.tables,
+                    result.dead_letters,
+                );
+                self.stats.failed_batch(Failure::Rejected);
+                if self.mirror_commits {
+                    self.to_mirror
+                        .extend(result.offsets.iter().map(|a| (a.tp.clone(), a.next)));
+                }
+                if let Some(p) = self.state_mut(&tp) {
+                    p.sealed_next = Some(offset);
+                    p.status = Status::Fenced;
+                }
+                // The open batch holds the partition's later records: it must not commit (one
+                // already sent fails its compare-and-set).
+                self.begin_rewind(lane_idx);
+                self.set_fatal(Fatal::RejectedRecord { tp, offset, reason });
             }
         }
     }

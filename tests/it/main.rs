@@ -13,6 +13,7 @@ mod operations;
 mod out_of_range;
 mod positions;
 mod rebalance;
+mod rejected;
 mod restarts;
 mod security;
 mod supervision;
