@@ -105,7 +105,7 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
     produce_orders(&producer(), &topic, 0, 30_000).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
-    config.max_records = 200;
+    config.max_records = 100;
     config.writers = 1;
     let mut sink = Sink::start(&config, "sink");
     // Sessions ended mid-drain: the batch in the transaction fails, and the one queued behind
@@ -116,20 +116,27 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
         .connect(&services().admin_url)
         .await
         .unwrap();
-    for _ in 0..15 {
-        if db.count("orders").await >= 30_000 {
+    wait_until("the first rows", Duration::from_secs(60), || async {
+        db.count("orders").await > 0
+    })
+    .await;
+    let mut killed = 0i64;
+    for _ in 0..100 {
+        if killed >= 5 || db.count("orders").await >= 30_000 {
             break;
         }
-        sqlx::query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
               WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
         )
         .bind(&db.name)
-        .execute(&admin)
+        .fetch_one(&admin)
         .await
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        killed += n;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(killed > 0, "no transaction was interrupted: the test proved nothing");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 30_000).await;
 
