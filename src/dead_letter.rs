@@ -12,6 +12,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgConnection;
 
 use crate::mapping::{MapError, RecordView};
+use crate::pgtext::escape_nul;
 
 /// Why a record became a dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +191,7 @@ pub async fn insert(
         )
         .bind(col(&|d| d.record.headers_json()))
         .bind(col(&|d| d.kind.as_str().to_string()))
-        .bind(col(&|d| d.message.clone()))
+        .bind(col(&|d| escape_nul(&d.message).into_owned()))
         .bind(col(&|d| d.table.clone()))
         .execute(conn)
         .await?;
@@ -213,7 +214,7 @@ pub async fn produce(producer: &FutureProducer, letters: &[DeadLetter]) -> Resul
         }
         let source = [
             ("kps.error.kind", d.kind.as_str().to_string()),
-            ("kps.error.message", d.message.clone()),
+            ("kps.error.message", escape_nul(&d.message).into_owned()),
             ("kps.source.topic", d.topic.to_string()),
             ("kps.source.partition", d.record.partition.to_string()),
             ("kps.source.offset", d.record.offset.to_string()),

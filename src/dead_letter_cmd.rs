@@ -16,6 +16,7 @@ use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
 use crate::dead_letter::OwnedRecord;
 use crate::mapping::{EncodeError, RecordView, TopicMapper};
+use crate::pgtext::escape_nul;
 use crate::routing::Router;
 use crate::{startup, writer};
 
@@ -227,7 +228,7 @@ pub async fn replay(
                 sqlx::query("UPDATE kafka_dead_letters SET error_kind = $2, error_message = $3, failed_at = now() WHERE id = $1")
                     .bind(d.id)
                     .bind(kind)
-                    .bind(&message)
+                    .bind(escape_nul(&message))
                     .execute(&mut *tx)
                     .await?;
                 println!(

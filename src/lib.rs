@@ -19,6 +19,7 @@ pub mod migrate;
 pub(crate) mod offsets;
 pub mod offsets_cmd;
 pub mod pgcopy;
+pub(crate) mod pgtext;
 pub(crate) mod pipeline;
 pub(crate) mod rebalance;
 pub(crate) mod routing;

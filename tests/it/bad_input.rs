@@ -304,3 +304,119 @@ async fn a_reread_after_a_reset_dead_letters_again_in_place() {
     );
     assert!(sink.stop().success());
 }
+
+/// A value holding NUL whose error message quotes it (`"1\u0000"` into an integer column, a
+/// UUID with a NUL…): PostgreSQL text cannot store NUL, so a message carrying one raw would
+/// make the dead-letter INSERT, and with it the whole batch, fail. Each must become a dead
+/// letter with a readable message, next to the good records of the same batch.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_whose_error_quotes_a_nul_commit_with_the_good_rows_of_their_batch() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE typed (
+                id bigint PRIMARY KEY, i4 integer, f8 double precision, n numeric, u uuid,
+                ts timestamptz, d date, b boolean, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let uuid = "0b5a3c2e-9f1d-4c7a-8e2b-1f0a9d8c7b6a";
+    let good = |id: i64| {
+        format!(
+            r#"{{"id":{id},"i4":{id},"f8":{id}.5,"n":"{id}.25","u":"{uuid}","ts":"2024-01-02T03:04:05Z","d":"2024-01-02","b":true}}"#
+        )
+    };
+    // (column, a JSON value holding NUL that the column refuses)
+    let bad = [
+        ("id", r#""7\u0000""#),
+        ("i4", r#""1\u0000""#),
+        ("f8", r#""1.5\u0000""#),
+        ("n", r#""1\u0000""#),
+        ("u", r#""0b5a3c2e-9f1d-4c7a-8e2b-1f0a9d8c7b6\u0000""#),
+        ("ts", r#""2024-01-02\u0000""#),
+        ("d", r#""2024-01-02\u0000""#),
+        ("b", r#""true\u0000""#),
+    ];
+    let mut records = Vec::new();
+    let mut expected_rows = Vec::new();
+    let mut expected_letters = Vec::new();
+    for (i, (column, value)) in bad.iter().enumerate() {
+        let id = i as i64;
+        expected_rows.push((id, records.len() as i64));
+        records.push(RawRecord::json(0, &good(id)));
+        let doc: serde_json::Value = serde_json::from_str(&good(100 + id)).unwrap();
+        let mut doc = doc.as_object().unwrap().clone();
+        doc.insert(column.to_string(), serde_json::from_str(value).unwrap());
+        expected_letters.push((records.len() as i64, *column));
+        records.push(RawRecord::json(
+            0,
+            &serde_json::Value::Object(doc).to_string(),
+        ));
+    }
+    expected_rows.push((99, records.len() as i64));
+    records.push(RawRecord::json(0, &good(99)));
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "typed");
+    config.topic_settings = "on_error = \"dead_letter\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.is_running(), "{}", sink.logs_tail(20));
+
+    // Every good record is its row, with each of its values.
+    let rows: Vec<Vec<Option<String>>> = sqlx::query_scalar(
+        "SELECT ARRAY[id::text, i4::text, f8::text, n::text, u::text,
+                      extract(epoch FROM ts)::int8::text, d::text, b::text,
+                      kafka_partition::text, kafka_offset::text]
+           FROM typed ORDER BY kafka_offset",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected: Vec<Vec<Option<String>>> = expected_rows
+        .iter()
+        .map(|(id, offset)| {
+            [
+                id.to_string(),
+                id.to_string(),
+                format!("{id}.5"),
+                format!("{id}.25"),
+                uuid.to_string(),
+                "1704164645".to_string(),
+                "2024-01-02".to_string(),
+                "true".to_string(),
+                "0".to_string(),
+                offset.to_string(),
+            ]
+            .into_iter()
+            .map(Some)
+            .collect()
+        })
+        .collect();
+    assert_eq!(rows, expected);
+
+    // Every bad one is a dead letter whose message names the column and shows the NUL.
+    let letters: Vec<(i64, String, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT \"offset\", error_kind, error_message, value FROM kafka_dead_letters ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(letters.len(), expected_letters.len(), "{letters:?}");
+    for ((offset, kind, message, value), (expected_offset, column)) in
+        letters.iter().zip(&expected_letters)
+    {
+        assert_eq!(offset, expected_offset, "{letters:?}");
+        assert_eq!(kind, "mapping", "{message}");
+        assert!(
+            message.contains(&format!("column {column} "))
+                && (message.contains("\\u0000") || message.contains("\\0")),
+            "offset {offset}: {message}"
+        );
+        assert_eq!(value, &records[*offset as usize].value.clone().unwrap());
+    }
+    let i4 = &letters[1].2;
+    assert!(i4.ends_with("expected an integer, got 1\\u0000"), "{i4}");
+    assert!(sink.stop().success());
+}
