@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 use crate::config::{GroupProtocol, KafkaSettings};
 use crate::mapping::RecordView;
+use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
 use crate::rebalance::SinkContext;
 use crate::shutdown::Shutdown;
@@ -103,6 +104,7 @@ pub fn run(
         .map_err(|e| Fatal::Other(format!("cannot subscribe to {topics:?}: {e}")))?;
     tracing::info!(?topics, "subscribed");
     let ctx = consumer.context().clone();
+    let mut unreadable = None;
     while !shutdown.is_triggered() {
         let now = Instant::now();
         let wait = {
@@ -121,9 +123,21 @@ pub fn run(
             None => {}
             Some(Ok(message)) => {
                 let mut pipeline = ctx.pipeline();
-                let headers: Vec<(&str, Option<&[u8]>)> = match message.headers() {
+                let headers = match message.headers() {
                     Some(h) if pipeline.needs_headers(message.topic()) => {
-                        h.iter().map(|h| (h.key, h.value)).collect()
+                        match crate::headers::read(h) {
+                            Ok(headers) => headers,
+                            Err(e) => {
+                                // Never a record with headers missing: stop at it, as at any
+                                // record that cannot be written.
+                                unreadable = Some(Fatal::Mapping {
+                                    tp: TopicPartition::new(message.topic(), message.partition()),
+                                    offset: message.offset(),
+                                    reason: e,
+                                });
+                                break;
+                            }
+                        }
                     }
                     _ => Vec::new(),
                 };
@@ -153,7 +167,7 @@ pub fn run(
     let fatal = {
         let mut pipeline = ctx.pipeline();
         pipeline.drain();
-        pipeline.take_fatal()
+        pipeline.take_fatal().or(unreadable)
     };
     // Leaving the group runs the revoke callback; nothing is left to commit by then.
     consumer.unsubscribe();

@@ -10,6 +10,7 @@ pub mod config;
 pub(crate) mod consumer;
 pub mod dead_letter;
 pub mod dead_letter_cmd;
+pub mod headers;
 pub(crate) mod health;
 pub(crate) mod http;
 pub mod lag_cmd;
