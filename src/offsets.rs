@@ -51,20 +51,14 @@ pub struct StoredOffset {
     pub epoch: i64,
     /// Who claimed it last (`reset:…` after `kafka-pg-sink offsets reset`).
     pub owner_id: Option<String>,
+    /// Set by an operator's reset to the epoch it replaced; cleared by the next claim. Only the
+    /// owner under that epoch may claim the partition back.
+    pub reset_from_epoch: Option<i64>,
 }
 
-/// The `owner_id` prefix of a position set by an operator: the sink that owns the partition
-/// claims it again and continues from there.
+/// The `owner_id` prefix of a position set by an operator, so a reader of `kafka_offsets` sees
+/// who moved it.
 pub const RESET_OWNER_PREFIX: &str = "reset:";
-
-impl StoredOffset {
-    /// Whether an operator's reset, not another consumer, moved the epoch.
-    pub fn reset_by_operator(&self) -> bool {
-        self.owner_id
-            .as_deref()
-            .is_some_and(|o| o.starts_with(RESET_OWNER_PREFIX))
-    }
-}
 
 /// The application name of `offsets reset` sessions: not `APPLICATION_NAME`, so a sink's
 /// fence (which ends sink sessions holding claimed rows) never ends a reset.
@@ -108,8 +102,26 @@ INSERT INTO kafka_offsets AS o (consumer_group, topic, partition, owner_epoch, o
 SELECT $1, v.topic, v.partition, 1, $4, now()
   FROM UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
 ON CONFLICT (consumer_group, topic, partition) DO UPDATE
-   SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now()
-RETURNING topic, partition, next_offset, owner_epoch, owner_id";
+   SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now(),
+       reset_from_epoch = NULL
+RETURNING topic, partition, next_offset, owner_epoch, owner_id, reset_from_epoch";
+
+/// Claims back partitions an operator reset, but only those whose reset replaced the epoch
+/// this consumer holds: an older owner waking after the reset matches nothing. Rows are
+/// locked in the claims' order.
+const RECLAIM_SQL: &str = "
+UPDATE kafka_offsets AS o
+   SET owner_epoch = o.owner_epoch + 1, owner_id = $5, claimed_at = now(),
+       reset_from_epoch = NULL
+  FROM (SELECT k.topic, k.partition
+          FROM kafka_offsets k
+          JOIN UNNEST($2::text[], $3::int4[], $4::int8[]) AS v(topic, partition, epoch)
+            ON k.topic = v.topic AND k.partition = v.partition AND k.reset_from_epoch = v.epoch
+         WHERE k.consumer_group = $1
+         ORDER BY k.topic, k.partition
+           FOR UPDATE OF k) AS l
+ WHERE o.consumer_group = $1 AND o.topic = l.topic AND o.partition = l.partition
+RETURNING o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id, o.reset_from_epoch";
 
 /// Rows for partitions never claimed, so that the reset's single UPDATE takes every row.
 /// Inside the reset's transaction: nobody sees them before they hold the reset position.
@@ -119,14 +131,16 @@ SELECT $1, $2, p FROM UNNEST($3::int4[]) AS v(p)
 ON CONFLICT (consumer_group, topic, partition) DO NOTHING";
 
 /// An operator's reset in one statement: locks the rows in the claims' order, moves each
-/// position and bumps its epoch (fencing the owner's next commit), records the move in
+/// position and bumps its epoch (fencing the owner's next commit), notes the epoch it replaced
+/// (a second reset keeps the first one's, see `reset_from_epoch`), records the move in
 /// `kafka_offset_events`, and returns what was replaced, as read under the lock.
 const RESET_SQL: &str = "
 WITH moved AS (
     UPDATE kafka_offsets AS o
        SET next_offset = l.next, owner_epoch = o.owner_epoch + 1, owner_id = $5,
-           claimed_at = now()
-      FROM (SELECT k.partition, k.next_offset, k.owner_epoch, k.owner_id, v.next
+           claimed_at = now(), reset_from_epoch = coalesce(l.reset_from_epoch, l.owner_epoch)
+      FROM (SELECT k.partition, k.next_offset, k.owner_epoch, k.owner_id, k.reset_from_epoch,
+                   v.next
               FROM kafka_offsets k
               JOIN UNNEST($3::int4[], $4::int8[]) AS v(partition, next)
                 ON k.partition = v.partition
@@ -147,7 +161,7 @@ SELECT partition, from_offset, to_offset, from_epoch, from_owner FROM moved ORDE
 
 /// Reads without claiming: the epoch is left as it is, so a rewind keeps ownership.
 const READ_SQL: &str = "
-SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id
+SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id, o.reset_from_epoch
   FROM kafka_offsets o
   JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
     ON o.topic = v.topic AND o.partition = v.partition
@@ -236,6 +250,7 @@ fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>
                 next_offset: row.try_get(2)?,
                 epoch: row.try_get(3)?,
                 owner_id: row.try_get(4)?,
+                reset_from_epoch: row.try_get(5)?,
             })
         })
         .collect()
@@ -306,6 +321,32 @@ impl OffsetStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Claims back partitions an operator reset from the epochs this consumer holds (each
+    /// given with its epoch); returns those claimed. A partition missing from the answer
+    /// was not ours when it was reset, or was claimed by another consumer since: fenced.
+    pub async fn reclaim(
+        &self,
+        owned: &[(TopicPartition, i64)],
+    ) -> Result<Vec<StoredOffset>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.lock_timeout.as_millis().max(1)
+        ))
+        .execute(&mut *tx)
+        .await?;
+        let rows = sqlx::query(RECLAIM_SQL)
+            .bind(&self.group)
+            .bind(owned.iter().map(|(tp, _)| &*tp.topic).collect::<Vec<_>>())
+            .bind(owned.iter().map(|(tp, _)| tp.partition).collect::<Vec<_>>())
+            .bind(owned.iter().map(|(_, epoch)| *epoch).collect::<Vec<_>>())
+            .bind(&self.owner_id)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows_to_offsets(rows)
     }
 
     /// Moves `(partition, to)` of `topic` as an operator's reset, owner `self.owner_id` and
