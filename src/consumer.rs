@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 use crate::config::{GroupProtocol, KafkaSettings};
 use crate::mapping::RecordView;
+use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
 use crate::rebalance::SinkContext;
 use crate::shutdown::Shutdown;
@@ -132,9 +133,21 @@ pub fn run(
             None => {}
             Some(Ok(message)) => {
                 let mut pipeline = ctx.pipeline();
-                let headers: Vec<(&str, Option<&[u8]>)> = match message.headers() {
+                let headers = match message.headers() {
                     Some(h) if pipeline.needs_headers(message.topic()) => {
-                        h.iter().map(|h| (h.key, h.value)).collect()
+                        match crate::headers::read(h) {
+                            Ok(headers) => headers,
+                            Err(e) => {
+                                // Never a record with headers missing: stop at it, as at any
+                                // record that cannot be written.
+                                fatal = Some(Fatal::Mapping {
+                                    tp: TopicPartition::new(message.topic(), message.partition()),
+                                    offset: message.offset(),
+                                    reason: e,
+                                });
+                                break;
+                            }
+                        }
                     }
                     _ => Vec::new(),
                 };

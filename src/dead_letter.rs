@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgConnection;
 
+use crate::headers::{self, Header};
 use crate::mapping::{MapError, RecordView};
+use crate::pgtext::escape_nul;
 
 /// Why a record became a dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,8 @@ pub struct OwnedRecord {
     pub timestamp: Option<i64>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    /// In record order, names and values byte for byte.
+    pub headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
 impl OwnedRecord {
@@ -76,41 +77,33 @@ impl OwnedRecord {
             headers: r
                 .headers
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.map(Bytes::copy_from_slice)))
+                .map(|(k, v)| (Bytes::copy_from_slice(k), v.map(Bytes::copy_from_slice)))
                 .collect(),
         }
     }
 
-    /// Headers as stored: a JSON array of `{"key": …, "value": <base64 or null>}`, lossless
-    /// for repeated names and binary values.
-    pub fn headers_json(&self) -> String {
-        let list: Vec<serde_json::Value> = self
-            .headers
+    /// The headers borrowed, as a `RecordView` and the producer take them.
+    pub fn header_views(&self) -> Vec<Header<'_>> {
+        self.headers
             .iter()
-            .map(|(k, v)| {
-                serde_json::json!({
-                    "key": k,
-                    "value": v.as_ref().map(|v| base64::engine::general_purpose::STANDARD.encode(v)),
-                })
-            })
-            .collect();
-        serde_json::Value::Array(list).to_string()
+            .map(|(k, v)| (&k[..], v.as_deref()))
+            .collect()
+    }
+
+    /// Headers as stored, in the shape of `headers::to_json`: lossless for repeated names and
+    /// binary names and values.
+    pub fn headers_json(&self) -> String {
+        headers::to_json(self.header_views()).to_string()
     }
 
     /// The inverse of `headers_json`.
-    pub fn headers_from_json(json: &serde_json::Value) -> Vec<(String, Option<Bytes>)> {
-        json.as_array()
+    pub fn headers_from_json(
+        json: &serde_json::Value,
+    ) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
+        Ok(headers::from_json(json)?
             .into_iter()
-            .flatten()
-            .filter_map(|h| {
-                let key = h["key"].as_str()?.to_string();
-                let value = h["value"]
-                    .as_str()
-                    .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
-                    .map(Bytes::from);
-                Some((key, value))
-            })
-            .collect()
+            .map(|(k, v)| (Bytes::from(k), v.map(Bytes::from)))
+            .collect())
     }
 }
 
@@ -190,7 +183,7 @@ pub async fn insert(
         )
         .bind(col(&|d| d.record.headers_json()))
         .bind(col(&|d| d.kind.as_str().to_string()))
-        .bind(col(&|d| d.message.clone()))
+        .bind(col(&|d| escape_nul(&d.message).into_owned()))
         .bind(col(&|d| d.table.clone()))
         .execute(conn)
         .await?;
@@ -204,26 +197,18 @@ pub async fn produce(producer: &FutureProducer, letters: &[DeadLetter]) -> Resul
     let mut pending = Vec::new();
     for d in letters {
         let Some(topic) = &d.produce_to else { continue };
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in &d.record.headers {
-            headers = headers.insert(Header {
-                key: k,
-                value: v.as_deref(),
-            });
-        }
-        let source = [
-            ("kps.error.kind", d.kind.as_str().to_string()),
-            ("kps.error.message", d.message.clone()),
-            ("kps.source.topic", d.topic.to_string()),
-            ("kps.source.partition", d.record.partition.to_string()),
-            ("kps.source.offset", d.record.offset.to_string()),
+        let message = escape_nul(&d.message);
+        let partition = d.record.partition.to_string();
+        let offset = d.record.offset.to_string();
+        let source: [Header<'_>; 5] = [
+            (b"kps.error.kind", Some(d.kind.as_str().as_bytes())),
+            (b"kps.error.message", Some(message.as_bytes())),
+            (b"kps.source.topic", Some(d.topic.as_bytes())),
+            (b"kps.source.partition", Some(partition.as_bytes())),
+            (b"kps.source.offset", Some(offset.as_bytes())),
         ];
-        for (k, v) in &source {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_bytes()),
-            });
-        }
+        let headers = headers::to_owned(d.record.header_views().into_iter().chain(source))
+            .map_err(|e| format!("the headers of a dead letter: {e}"))?;
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
         if let Some(k) = &d.record.key {
             record = record.key(k.as_ref());

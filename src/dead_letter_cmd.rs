@@ -16,6 +16,7 @@ use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
 use crate::dead_letter::OwnedRecord;
 use crate::mapping::{EncodeError, RecordView, TopicMapper};
+use crate::pgtext::escape_nul;
 use crate::routing::Router;
 use crate::{startup, writer};
 
@@ -60,9 +61,15 @@ async fn load(pool: &PgPool, group: &str, sel: &Selection) -> anyhow::Result<Vec
         .await?;
     rows.into_iter()
         .map(|r| {
+            let id: i64 = r.try_get(0)?;
             let headers: Option<serde_json::Value> = r.try_get(7)?;
+            let headers = match headers {
+                Some(json) => OwnedRecord::headers_from_json(&json)
+                    .map_err(|e| anyhow::anyhow!("dead letter {id}: unreadable headers: {e}"))?,
+                None => Vec::new(),
+            };
             Ok(Stored {
-                id: r.try_get(0)?,
+                id,
                 topic: r.try_get(1)?,
                 record: OwnedRecord {
                     partition: r.try_get(2)?,
@@ -70,10 +77,7 @@ async fn load(pool: &PgPool, group: &str, sel: &Selection) -> anyhow::Result<Vec
                     timestamp: r.try_get(4)?,
                     key: r.try_get::<Option<Vec<u8>>, _>(5)?.map(Bytes::from),
                     value: r.try_get::<Option<Vec<u8>>, _>(6)?.map(Bytes::from),
-                    headers: headers
-                        .as_ref()
-                        .map(OwnedRecord::headers_from_json)
-                        .unwrap_or_default(),
+                    headers,
                 },
                 kind: r.try_get(8)?,
                 message: r.try_get(9)?,
@@ -171,12 +175,7 @@ pub async fn replay(
             }
         };
         let topic: Arc<str> = d.topic.as_str().into();
-        let headers: Vec<(&str, Option<&[u8]>)> = d
-            .record
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_deref()))
-            .collect();
+        let headers = d.record.header_views();
         let view = RecordView {
             topic: &d.topic,
             partition: d.record.partition,
@@ -227,7 +226,7 @@ pub async fn replay(
                 sqlx::query("UPDATE kafka_dead_letters SET error_kind = $2, error_message = $3, failed_at = now() WHERE id = $1")
                     .bind(d.id)
                     .bind(kind)
-                    .bind(&message)
+                    .bind(escape_nul(&message))
                     .execute(&mut *tx)
                     .await?;
                 println!(

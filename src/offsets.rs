@@ -51,20 +51,18 @@ pub struct StoredOffset {
     pub epoch: i64,
     /// Who claimed it last (`reset:…` after `kafka-pg-sink offsets reset`).
     pub owner_id: Option<String>,
+    /// Set by an operator's reset to the epoch it replaced; cleared by the next claim. Only the
+    /// owner under that epoch may claim the partition back.
+    pub reset_from_epoch: Option<i64>,
 }
 
-/// The `owner_id` prefix of a position set by an operator: the sink that owns the partition
-/// claims it again and continues from there.
+/// The `owner_id` prefix of a position set by an operator, so a reader of `kafka_offsets` sees
+/// who moved it.
 pub const RESET_OWNER_PREFIX: &str = "reset:";
 
-impl StoredOffset {
-    /// Whether an operator's reset, not another consumer, moved the epoch.
-    pub fn reset_by_operator(&self) -> bool {
-        self.owner_id
-            .as_deref()
-            .is_some_and(|o| o.starts_with(RESET_OWNER_PREFIX))
-    }
-}
+/// The application name of `offsets reset` sessions: not `APPLICATION_NAME`, so a sink's
+/// fence (which ends sink sessions holding claimed rows) never ends a reset.
+pub const RESET_APPLICATION_NAME: &str = "kafka-pg-sink offsets reset";
 
 /// One partition's advance inside a batch transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,12 +102,66 @@ INSERT INTO kafka_offsets AS o (consumer_group, topic, partition, owner_epoch, o
 SELECT $1, v.topic, v.partition, 1, $4, now()
   FROM UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
 ON CONFLICT (consumer_group, topic, partition) DO UPDATE
-   SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now()
-RETURNING topic, partition, next_offset, owner_epoch, owner_id";
+   SET owner_epoch = o.owner_epoch + 1, owner_id = EXCLUDED.owner_id, claimed_at = now(),
+       reset_from_epoch = NULL
+RETURNING topic, partition, next_offset, owner_epoch, owner_id, reset_from_epoch";
+
+/// Claims back partitions an operator reset, but only those whose reset replaced the epoch
+/// this consumer holds: an older owner waking after the reset matches nothing. Rows are
+/// locked in the claims' order.
+const RECLAIM_SQL: &str = "
+UPDATE kafka_offsets AS o
+   SET owner_epoch = o.owner_epoch + 1, owner_id = $5, claimed_at = now(),
+       reset_from_epoch = NULL
+  FROM (SELECT k.topic, k.partition
+          FROM kafka_offsets k
+          JOIN UNNEST($2::text[], $3::int4[], $4::int8[]) AS v(topic, partition, epoch)
+            ON k.topic = v.topic AND k.partition = v.partition AND k.reset_from_epoch = v.epoch
+         WHERE k.consumer_group = $1
+         ORDER BY k.topic, k.partition
+           FOR UPDATE OF k) AS l
+ WHERE o.consumer_group = $1 AND o.topic = l.topic AND o.partition = l.partition
+RETURNING o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id, o.reset_from_epoch";
+
+/// Rows for partitions never claimed, so that the reset's single UPDATE takes every row.
+/// Inside the reset's transaction: nobody sees them before they hold the reset position.
+const RESET_ROWS_SQL: &str = "
+INSERT INTO kafka_offsets (consumer_group, topic, partition)
+SELECT $1, $2, p FROM UNNEST($3::int4[]) AS v(p)
+ON CONFLICT (consumer_group, topic, partition) DO NOTHING";
+
+/// An operator's reset in one statement: locks the rows in the claims' order, moves each
+/// position and bumps its epoch (fencing the owner's next commit), notes the epoch it replaced
+/// (a second reset keeps the first one's, see `reset_from_epoch`), records the move in
+/// `kafka_offset_events`, and returns what was replaced, as read under the lock.
+const RESET_SQL: &str = "
+WITH moved AS (
+    UPDATE kafka_offsets AS o
+       SET next_offset = l.next, owner_epoch = o.owner_epoch + 1, owner_id = $5,
+           claimed_at = now(), reset_from_epoch = coalesce(l.reset_from_epoch, l.owner_epoch)
+      FROM (SELECT k.partition, k.next_offset, k.owner_epoch, k.owner_id, k.reset_from_epoch,
+                   v.next
+              FROM kafka_offsets k
+              JOIN UNNEST($3::int4[], $4::int8[]) AS v(partition, next)
+                ON k.partition = v.partition
+             WHERE k.consumer_group = $1 AND k.topic = $2
+             ORDER BY k.partition
+               FOR UPDATE OF k) AS l
+     WHERE o.consumer_group = $1 AND o.topic = $2 AND o.partition = l.partition
+ RETURNING o.partition, l.next_offset AS from_offset, l.next AS to_offset,
+           l.owner_epoch AS from_epoch, l.owner_id AS from_owner
+), events AS (
+    INSERT INTO kafka_offset_events
+           (consumer_group, topic, partition, kind, from_offset, to_offset, detail)
+    SELECT $1, $2, partition, 'manual_reset', from_offset, to_offset,
+           $6 || ', replacing epoch ' || from_epoch || ' of ' || coalesce(from_owner, 'no owner')
+      FROM moved
+)
+SELECT partition, from_offset, to_offset, from_epoch, from_owner FROM moved ORDER BY partition";
 
 /// Reads without claiming: the epoch is left as it is, so a rewind keeps ownership.
 const READ_SQL: &str = "
-SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id
+SELECT o.topic, o.partition, o.next_offset, o.owner_epoch, o.owner_id, o.reset_from_epoch
   FROM kafka_offsets o
   JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
     ON o.topic = v.topic AND o.partition = v.partition
@@ -158,6 +210,47 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// The application name every sink session uses; fencing only ever ends sessions with it.
 pub const APPLICATION_NAME: &str = "kafka-pg-sink";
 
+/// Sessions holding a lock on any of the partitions' rows, whatever their application: named
+/// when a reset gives up waiting for them.
+const HOLDERS_SQL: &str = "
+SELECT DISTINCT a.pid, a.application_name
+  FROM kafka_offsets o
+  JOIN UNNEST($2::text[], $3::int4[]) AS v(topic, partition)
+    ON o.topic = v.topic AND o.partition = v.partition
+  JOIN pg_locks l
+    ON l.locktype = 'transactionid' AND l.transactionid = o.xmax AND l.granted
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE o.consumer_group = $1
+   AND a.pid <> pg_backend_pid()";
+
+/// How often a reset waits `lock_timeout` for its rows (ending stopped sinks' sessions in
+/// between) before it gives up.
+const RESET_ATTEMPTS: u32 = 3;
+
+/// One partition's position as a reset found it under its lock, and where it put it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Replaced {
+    pub partition: i32,
+    /// `None` when the partition had no position yet.
+    pub from_offset: Option<i64>,
+    pub to_offset: i64,
+    /// 0 for a partition nobody had claimed.
+    pub from_epoch: i64,
+    pub from_owner: Option<String>,
+}
+
+/// Why a reset was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetError {
+    #[error("the partitions' rows in kafka_offsets stayed locked ({attempts} waits of lock_timeout, sinks' sessions holding them ended in between); still held by sessions {holders:?} (pid, application_name): end those, or try again")]
+    Locked {
+        attempts: u32,
+        holders: Vec<(i32, String)>,
+    },
+    #[error("{0}")]
+    Database(#[from] sqlx::Error),
+}
+
 /// Shared by `claim` and `read`, whose statements return the same columns.
 fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>, sqlx::Error> {
     rows.into_iter()
@@ -167,6 +260,7 @@ fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>
                 next_offset: row.try_get(2)?,
                 epoch: row.try_get(3)?,
                 owner_id: row.try_get(4)?,
+                reset_from_epoch: row.try_get(5)?,
             })
         })
         .collect()
@@ -237,6 +331,126 @@ impl OffsetStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Claims back partitions an operator reset from the epochs this consumer holds (each
+    /// given with its epoch); returns those claimed. A partition missing from the answer
+    /// was not ours when it was reset, or was claimed by another consumer since: fenced.
+    pub async fn reclaim(
+        &self,
+        owned: &[(TopicPartition, i64)],
+    ) -> Result<Vec<StoredOffset>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.lock_timeout.as_millis().max(1)
+        ))
+        .execute(&mut *tx)
+        .await?;
+        let rows = sqlx::query(RECLAIM_SQL)
+            .bind(&self.group)
+            .bind(owned.iter().map(|(tp, _)| &*tp.topic).collect::<Vec<_>>())
+            .bind(owned.iter().map(|(tp, _)| tp.partition).collect::<Vec<_>>())
+            .bind(owned.iter().map(|(_, epoch)| *epoch).collect::<Vec<_>>())
+            .bind(&self.owner_id)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows_to_offsets(rows)
+    }
+
+    /// Moves `(partition, to)` of `topic` as an operator's reset, owner `self.owner_id` and
+    /// `detail` for `kafka_offset_events`; see `RESET_SQL`. The session names itself
+    /// `RESET_APPLICATION_NAME` and waits at most `lock_timeout` for the rows: then it ends
+    /// the sink sessions holding them, as a claim does (a sink stopped inside a transaction;
+    /// the reset fences it anyway) and tries again, a few times, before giving up.
+    pub async fn reset(
+        &self,
+        topic: &str,
+        moves: &[(i32, i64)],
+        detail: &str,
+    ) -> Result<Vec<Replaced>, ResetError> {
+        let mut sorted = moves.to_vec();
+        sorted.sort();
+        let (partitions, targets): (Vec<i32>, Vec<i64>) = sorted.into_iter().unzip();
+        let topics = vec![topic.to_string(); partitions.len()];
+        for attempt in 1..=RESET_ATTEMPTS {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(&format!(
+                "SET LOCAL application_name = '{RESET_APPLICATION_NAME}'"
+            ))
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(&format!(
+                "SET LOCAL lock_timeout = {}",
+                self.lock_timeout.as_millis().max(1)
+            ))
+            .execute(&mut *tx)
+            .await?;
+            let result = async {
+                sqlx::query(RESET_ROWS_SQL)
+                    .bind(&self.group)
+                    .bind(topic)
+                    .bind(&partitions)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query_as::<_, Replaced>(RESET_SQL)
+                    .bind(&self.group)
+                    .bind(topic)
+                    .bind(&partitions)
+                    .bind(&targets)
+                    .bind(&self.owner_id)
+                    .bind(detail)
+                    .fetch_all(&mut *tx)
+                    .await
+            }
+            .await;
+            match result {
+                Ok(replaced) if replaced.len() == partitions.len() => {
+                    tx.commit().await?;
+                    return Ok(replaced);
+                }
+                Ok(replaced) => {
+                    return Err(ResetError::Database(sqlx::Error::Protocol(format!(
+                        "the reset found {} of {} partition rows",
+                        replaced.len(),
+                        partitions.len()
+                    ))))
+                }
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+                {
+                    tx.rollback().await?;
+                    if attempt == RESET_ATTEMPTS {
+                        break;
+                    }
+                    let fenced: Vec<(i32, bool)> = sqlx::query_as(FENCE_HOLDERS_SQL)
+                        .bind(&self.group)
+                        .bind(&topics)
+                        .bind(&partitions)
+                        .bind(APPLICATION_NAME)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    if !fenced.is_empty() {
+                        tracing::warn!(
+                            sessions = ?fenced.iter().map(|(pid, _)| pid).collect::<Vec<_>>(),
+                            "sink sessions held the partitions' rows inside a transaction: ended them"
+                        );
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let holders = sqlx::query_as(HOLDERS_SQL)
+            .bind(&self.group)
+            .bind(&topics)
+            .bind(&partitions)
+            .fetch_all(&self.pool)
+            .await?;
+        Err(ResetError::Locked {
+            attempts: RESET_ATTEMPTS,
+            holders,
+        })
     }
 
     /// Reads the stored positions and epochs, e.g. to rewind after a failed transaction.

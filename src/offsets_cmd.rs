@@ -11,7 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Settings;
-use crate::offsets::RESET_OWNER_PREFIX;
+use crate::offsets::{OffsetStore, RESET_OWNER_PREFIX};
 use crate::{consumer, lag_cmd, startup};
 
 /// Where to move the positions.
@@ -90,25 +90,16 @@ pub async fn reset(
     else {
         anyhow::bail!("topic {topic:?} is not one the sink reads (check [[topics]]), or it does not exist in Kafka");
     };
-    let chosen: Vec<i32> = if partitions.is_empty() {
+    let mut chosen: Vec<i32> = if partitions.is_empty() {
         (0..count).collect()
     } else {
         partitions.to_vec()
     };
+    chosen.sort_unstable();
+    chosen.dedup();
     if let Some(p) = chosen.iter().find(|&&p| p < 0 || p >= count) {
         anyhow::bail!("topic {topic:?} has partitions 0..{count}; there is no partition {p}");
     }
-    let pool = startup::connect_pool(settings).await?;
-    let stored: HashMap<i32, Option<i64>> = sqlx::query_as::<_, (i32, Option<i64>)>(
-        "SELECT partition, next_offset FROM kafka_offsets WHERE consumer_group = $1 AND topic = $2",
-    )
-    .bind(&settings.kafka.group_id)
-    .bind(topic)
-    .fetch_all(&pool)
-    .await?
-    .into_iter()
-    .collect();
-
     let by_time = match target {
         Target::Timestamp(ms) => {
             let mut tpl = TopicPartitionList::new();
@@ -124,7 +115,7 @@ pub async fn reset(
         }
         _ => HashMap::new(),
     };
-    let mut moves = Vec::new();
+    let mut targets = Vec::new();
     for &p in &chosen {
         let (low, high) = kafka.fetch_watermarks(topic, p, Duration::from_secs(10))?;
         let to = match target {
@@ -140,21 +131,32 @@ pub async fn reset(
                 _ => high,
             },
         };
-        moves.push(Move {
-            partition: p,
-            from: stored.get(&p).copied().flatten(),
-            to,
-        });
+        targets.push((p, to));
     }
-    for m in &moves {
-        println!(
-            "{topic}/{}: {} -> {}",
-            m.partition,
-            m.from.map_or("(none)".into(), |f| f.to_string()),
-            m.to
-        );
-    }
+    let pool = startup::connect_pool(settings).await?;
+    let show = |from: Option<i64>| from.map_or("(none)".into(), |f| f.to_string());
     if dry_run {
+        // Only a plan: a running sink may move the positions before a real reset.
+        let stored: HashMap<i32, Option<i64>> = sqlx::query_as::<_, (i32, Option<i64>)>(
+            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer_group = $1 AND topic = $2",
+        )
+        .bind(&settings.kafka.group_id)
+        .bind(topic)
+        .fetch_all(&pool)
+        .await?
+        .into_iter()
+        .collect();
+        let moves: Vec<Move> = targets
+            .iter()
+            .map(|&(partition, to)| Move {
+                partition,
+                from: stored.get(&partition).copied().flatten(),
+                to,
+            })
+            .collect();
+        for m in &moves {
+            println!("{topic}/{}: {} -> {}", m.partition, show(m.from), m.to);
+        }
         println!("dry run: nothing changed");
         return Ok(moves);
     }
@@ -163,39 +165,36 @@ pub async fn reset(
         std::env::var("USER").unwrap_or_else(|_| "operator".into()),
         std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into())
     );
-    let mut tx = pool.begin().await?;
-    for m in &moves {
-        sqlx::query(
-            "INSERT INTO kafka_offsets AS o (consumer_group, topic, partition, next_offset, owner_epoch, owner_id, claimed_at)
-             VALUES ($1, $2, $3, $4, 1, $5, now())
-             ON CONFLICT (consumer_group, topic, partition) DO UPDATE
-                SET next_offset = EXCLUDED.next_offset, owner_epoch = o.owner_epoch + 1,
-                    owner_id = EXCLUDED.owner_id, claimed_at = now()",
-        )
-        .bind(&settings.kafka.group_id)
-        .bind(topic)
-        .bind(m.partition)
-        .bind(m.to)
-        .bind(&who)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO kafka_offset_events (consumer_group, topic, partition, kind, from_offset, to_offset, detail)
-             VALUES ($1, $2, $3, 'manual_reset', $4, $5, $6)",
-        )
-        .bind(&settings.kafka.group_id)
-        .bind(topic)
-        .bind(m.partition)
-        .bind(m.from)
-        .bind(m.to)
-        .bind(format!("{target:?} by {who}"))
-        .execute(&mut *tx)
-        .await?;
+    let store = OffsetStore::new(
+        pool,
+        settings.kafka.group_id.clone(),
+        who.clone(),
+        settings.postgres.lock_timeout,
+    );
+    let replaced = store
+        .reset(topic, &targets, &format!("{target:?} by {who}"))
+        .await
+        .map_err(|e| anyhow::anyhow!("reset not applied: {e}"))?;
+    for r in &replaced {
+        println!(
+            "{topic}/{}: {} -> {} (replaced epoch {} of {})",
+            r.partition,
+            show(r.from_offset),
+            r.to_offset,
+            r.from_epoch,
+            r.from_owner.as_deref().unwrap_or("no owner")
+        );
     }
-    tx.commit().await?;
     println!(
         "reset {} partition(s); a running sink is fenced and continues from here",
-        moves.len()
+        replaced.len()
     );
-    Ok(moves)
+    Ok(replaced
+        .into_iter()
+        .map(|r| Move {
+            partition: r.partition,
+            from: r.from_offset,
+            to: r.to_offset,
+        })
+        .collect())
 }

@@ -63,6 +63,8 @@ impl Watermarks {
         let this = self.clone();
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
+            // A missing grant fails every interval: warn when failing starts, not each time.
+            let mut failing = false;
             loop {
                 tokio::select! {
                     _ = ticker.tick() => {}
@@ -72,8 +74,19 @@ impl Watermarks {
                 if rows.is_empty() {
                     continue;
                 }
-                if let Err(e) = record(&pool, &group, &rows).await {
-                    tracing::debug!(error = %e, "cannot store watermarks now");
+                match record(&pool, &group, &rows).await {
+                    Ok(()) if failing => {
+                        failing = false;
+                        tracing::info!("storing watermarks again");
+                    }
+                    Ok(()) => {}
+                    Err(e) if failing => {
+                        tracing::debug!(error = %e, "still cannot store watermarks")
+                    }
+                    Err(e) => {
+                        failing = true;
+                        tracing::warn!(error = %e, "cannot store watermarks: kafka_lag and the lag gauges go stale until this is fixed (see README, Minimal grants)");
+                    }
                 }
             }
         });

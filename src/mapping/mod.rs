@@ -16,7 +16,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use base64::Engine as _;
 use bytes::{BufMut, BytesMut};
 use chrono::DateTime;
 use postgres_types::{ToSql, Type};
@@ -43,8 +42,9 @@ pub struct RecordView<'a> {
     pub timestamp: Option<i64>,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
-    /// Only filled when a headers column is configured.
-    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+    /// In record order, names and values as sent; only filled when a column maps headers or
+    /// the record may become a dead letter (`TopicMapper::needs_headers`).
+    pub headers: &'a [crate::headers::Header<'a>],
 }
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
@@ -313,9 +313,10 @@ impl TopicMapper {
         })
     }
 
-    /// Whether the caller must collect the record's headers.
+    /// Whether the caller must collect the record's headers: a column maps them, or a record
+    /// may become a dead letter, which keeps the whole record.
     pub fn needs_headers(&self) -> bool {
-        self.needs_headers
+        self.needs_headers || self.on_error == OnError::DeadLetter
     }
 
     /// Encodes the record into `rows` as one row or one delete; on error nothing is written.
@@ -946,12 +947,18 @@ fn write_meta(
                 }
             }),
         },
-        Meta::Header(name) => match r.headers.iter().rev().find(|(k, _)| k == name) {
+        // The last header of that name, as the record's newest word on it.
+        Meta::Header(name) => match r.headers.iter().rev().find(|(k, _)| *k == name.as_bytes()) {
             Some((_, Some(value))) => copy.field(|out| {
                 if col.ty == ColumnType::Text {
-                    let s = std::str::from_utf8(value)
-                        .map_err(|_| format!("header {name:?} is not UTF-8"))?;
-                    convert::check_text(s)?;
+                    let s = std::str::from_utf8(value).map_err(|_| {
+                        format!("header {name:?} is not UTF-8; a bytea column keeps any value")
+                    })?;
+                    if s.contains('\0') {
+                        return Err(format!(
+                            "header {name:?} holds NUL, which text cannot store; a bytea column keeps any value"
+                        ));
+                    }
                 }
                 out.put_slice(value);
                 Ok(())
@@ -962,20 +969,7 @@ fn write_meta(
             }
         },
         Meta::Headers => copy.field(|out| {
-            let mut map = serde_json::Map::new();
-            for (name, value) in r.headers {
-                let v = match value {
-                    None => serde_json::Value::Null,
-                    Some(bytes) => match std::str::from_utf8(bytes) {
-                        Ok(s) => serde_json::Value::String(s.to_owned()),
-                        Err(_) => serde_json::Value::String(
-                            base64::engine::general_purpose::STANDARD.encode(bytes),
-                        ),
-                    },
-                };
-                map.insert((*name).to_owned(), v);
-            }
-            let text = serde_json::Value::Object(map).to_string();
+            let text = crate::headers::to_json(r.headers.iter().copied()).to_string();
             convert::check_json_text(&text)?;
             if col.ty == ColumnType::Jsonb {
                 out.put_u8(1);

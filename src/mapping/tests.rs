@@ -1,6 +1,7 @@
 //! Mapping without a database: tables are described by hand.
 
 use super::*;
+use crate::headers::Header;
 use figment::providers::{Format, Toml};
 use figment::Figment;
 
@@ -217,7 +218,7 @@ fn explicit_columns_take_pointers_keys_metadata_constants_and_defaults() {
            trace = "meta:header:trace-id"
            skipped = "default""#,
     );
-    let headers = [("trace-id", Some(&b"abc"[..]))];
+    let headers = [(&b"trace-id"[..], Some(&b"abc"[..]))];
     let mut r = record(r#"{"order":{"id":5,"address":{"city":"Lyon"}},"tags":["x","y"]}"#);
     r.headers = &headers;
     let mut rows = m.new_rows();
@@ -649,4 +650,66 @@ fn only_time_columns_fed_from_the_record_without_a_unit_are_guesses() {
     );
     let guesses: Vec<bool> = (0..4).map(|i| m.guesses_time_unit(i)).collect();
     assert_eq!(guesses, vec![true, false, false, false]);
+}
+
+#[test]
+fn header_columns_store_what_was_sent_and_text_refuses_what_it_cannot_hold() {
+    let m = mapper(
+        vec![
+            col("h", ColumnType::Jsonb, false, false),
+            col("ht", ColumnType::Text, false, false),
+            col("hb", ColumnType::Bytea, false, false),
+        ],
+        r#"[columns]
+           ht = "meta:header:t"
+           hb = "meta:header:b"
+           [metadata]
+           headers = "h""#,
+    );
+    let encode_with = |headers: &[Header<'_>]| {
+        let mut r = record("{}");
+        r.headers = headers;
+        let mut rows = m.new_rows();
+        m.encode(&r, &mut rows).map(|()| fields(&rows))
+    };
+    let int = [0, 0, 0, 0x2a];
+    let headers = [
+        (&b"t"[..], Some(&b"first"[..])),
+        (b"b", Some(&int[..])),
+        (b"x\0y", None),
+        (&[0xff][..], Some(&[0xe9][..])),
+        (b"t", Some(b"last")),
+    ];
+    let mut h = vec![1u8]; // jsonb's version byte
+    h.extend_from_slice(
+        serde_json::json!([
+            {"name": "t", "value": "first"},
+            {"name": "b", "value_base64": "AAAAKg=="},
+            {"name_base64": "eAB5", "value": null},
+            {"name_base64": "/w==", "value_base64": "6Q=="},
+            {"name": "t", "value": "last"},
+        ])
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(
+        encode_with(&headers).unwrap(),
+        vec![Some(h), Some(b"last".to_vec()), Some(int.to_vec())]
+    );
+    // No headers at all: an empty list, and NULL for each header column.
+    let mut empty = vec![1u8];
+    empty.extend_from_slice(b"[]");
+    assert_eq!(encode_with(&[]).unwrap(), vec![Some(empty), None, None]);
+    // A null value: NULL, not an empty value.
+    let null = encode_with(&[(b"t", None), (b"b", Some(b""))]).unwrap();
+    assert_eq!(&null[1..], [None, Some(Vec::new())]);
+
+    for (value, why) in [(&int[..], "holds NUL"), (&[0xe9][..], "not UTF-8")] {
+        let err = encode_with(&[(b"t", Some(value))]).unwrap_err();
+        let EncodeError::Invalid(e) = err else {
+            panic!("{err:?}")
+        };
+        let e = e.to_string();
+        assert!(e.contains("column ht") && e.contains(why), "{e}");
+    }
 }

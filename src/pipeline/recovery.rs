@@ -49,8 +49,13 @@ impl Pipeline {
             return; // The database is away; the writers will notice.
         };
         let mut lanes = Vec::new();
-        for s in stored.iter().filter(|s| s.reset_by_operator()) {
-            if let Some(p) = self.state(&s.tp).filter(|p| p.epoch != s.epoch) {
+        for s in &stored {
+            // Only a reset of the epoch this process holds is its to follow; any other moved
+            // epoch means another consumer took the partition, and the next commit is fenced.
+            if let Some(p) = self
+                .state(&s.tp)
+                .filter(|p| s.reset_from_epoch == Some(p.epoch))
+            {
                 lanes.push(p.lane);
             }
         }
@@ -135,7 +140,11 @@ impl Pipeline {
                         }
                     }
                 }
-                Some(s) if s.reset_by_operator() => reclaim.push(tp.clone()),
+                // An operator reset the epoch this process held: it may claim it back. A
+                // zombie whose partition another consumer held at the reset may not.
+                Some(s) if s.reset_from_epoch == Some(p.epoch) => {
+                    reclaim.push((tp.clone(), p.epoch))
+                }
                 _ => {
                     // Claimed by another consumer (or the row was removed): not ours anymore.
                     p.status = Status::Fenced;
@@ -146,8 +155,17 @@ impl Pipeline {
         // An operator moved these positions (`offsets reset`): take them back and continue
         // from where the operator put them.
         if !reclaim.is_empty() {
-            match self.db("claiming reset partitions", self.store.claim(&reclaim)) {
+            match self.db("claiming reset partitions", self.store.reclaim(&reclaim)) {
                 Ok(claims) => {
+                    // Claimed by another consumer between the read and the reclaim.
+                    for (tp, _) in &reclaim {
+                        if !claims.iter().any(|c| &c.tp == tp) {
+                            if let Some(p) = self.state_mut(tp) {
+                                p.status = Status::Fenced;
+                            }
+                            fenced.push(tp.clone());
+                        }
+                    }
                     for claim in claims {
                         let Some(p) = self.state_mut(&claim.tp) else {
                             continue;

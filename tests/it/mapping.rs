@@ -93,7 +93,7 @@ async fn every_supported_type_and_metadata_column_round_trips() {
         Some("0"),
         Some("1700000000123"),
         Some("key-1"),
-        Some(r#"{"h1": "v1", "empty": null}"#),
+        Some(r#"[{"name": "h1", "value": "v1"}, {"name": "empty", "value": null}]"#),
         Some("dflt"),
         None,
     ];

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sqlx::Executor;
@@ -378,4 +379,295 @@ async fn readiness_flips_while_postgres_is_down() {
     let db = TestDb::reconnect(db).await;
     drop(db);
     drop(pg);
+}
+
+/// Runs `offsets reset` for `topic` with the given target arguments (and any global flags).
+async fn reset_cli(
+    config: &ConfigFile,
+    topic: &str,
+    args: &[&str],
+) -> crate::helpers::sink::CliOutput {
+    let mut all = vec![
+        "offsets",
+        "reset",
+        "--config",
+        config.arg(),
+        "--topic",
+        topic,
+    ];
+    all.extend_from_slice(args);
+    run_cli(&all).await
+}
+
+/// A reset during a drain records the position it actually replaced: read under the row lock
+/// in the statement that moves it, not before, while the sink kept committing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reset_during_a_drain_records_the_position_it_replaced() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(1).await;
+    const RECORDS: i64 = 30_000;
+    produce_orders(&producer(), &topic, 0, RECORDS).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.max_records = 50; // many small commits: the position moves all the time
+    let file = ConfigFile::new(&config.toml());
+    let mut sink = Sink::start(&config, "sink");
+    let stored = || async {
+        let stored = db.stored_offsets(&config.group, &topic.name).await;
+        stored.first().and_then(|(_, next)| *next)
+    };
+    wait_until(
+        "the drain to be under way",
+        Duration::from_secs(60),
+        || async { stored().await.is_some_and(|n| n >= 1_000) },
+    )
+    .await;
+    for to in [100, 200, 300, 400, 500] {
+        let out = reset_cli(&file, &topic.name, &["--to-offset", &to.to_string()]).await;
+        assert!(out.status.success(), "{}", out.stderr);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    assert!(sink.stop().success());
+
+    let events: Vec<(Option<i64>, i64)> = sqlx::query_as(
+        "SELECT from_offset, to_offset FROM kafka_offset_events WHERE kind = 'manual_reset' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let replaced: Vec<(Option<i64>, i64)> = sqlx::query_as(
+        "SELECT old_next, new_next FROM offset_audit WHERE owner LIKE 'reset:%' ORDER BY seq",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        events, replaced,
+        "from_offset is the position each reset replaced"
+    );
+    assert_eq!(events.len(), 5);
+    assert!(
+        events.iter().all(|(from, _)| from.unwrap() < RECORDS),
+        "every reset came during the drain: {events:?}"
+    );
+    // Each pass over the partition writes its records once: the first from 0, each reset's
+    // from its target, each until the next reset replaced its position (the last to the end).
+    let starts = std::iter::once(0).chain(events.iter().map(|(_, to)| *to));
+    let ends = events
+        .iter()
+        .map(|(from, _)| from.unwrap())
+        .chain(std::iter::once(RECORDS));
+    let passes: Vec<(i64, i64)> = starts.zip(ends).collect();
+    let copies = orders_as_produced(&db, "orders", 1).await;
+    for offset in 0..RECORDS {
+        let expected = passes
+            .iter()
+            .filter(|(s, e)| (*s..*e).contains(&offset))
+            .count() as i64;
+        assert_eq!(
+            copies.get(&(0, offset)),
+            Some(&expected),
+            "offset {offset}: {passes:?}"
+        );
+    }
+}
+
+/// A reset while a sink is stopped (SIGSTOP) inside a transaction that holds one partition's
+/// row, and a healthy sink claims the partitions meanwhile: the reset takes its rows in the
+/// claims' order under its own application name, so the claim's fence ends only the stopped
+/// sink, never the reset; the reset applies, and the healthy sink continues from it exactly
+/// once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reset_applies_past_a_sink_stopped_inside_a_transaction_while_another_claims() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(2).await;
+    let producer = producer();
+    produce_orders(&producer, &topic, 0, 1_000).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.writers = 1; // one transaction for both partitions
+    let stopped = Sink::start_with(
+        &config,
+        "stopped",
+        &["--set", "postgres.idle_in_transaction_timeout=600s"],
+    );
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+
+    // Stop it inside a transaction on partition 1 only: it holds that row, not partition 0's.
+    let odd: Vec<RawRecord> = (1_000..1_200)
+        .filter(|id| id % 2 == 1)
+        .map(|id| RawRecord::json(1, &order_json(id)))
+        .collect();
+    stop_inside_a_transaction(&db, &stopped, &topic, &odd).await;
+
+    // The reset waits for the stopped sink's row (longer than the healthy sink's claim does),
+    // holding partition 0's; the healthy sink joins and claims both meanwhile.
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
+    let name = topic.name.clone();
+    let started = std::time::Instant::now();
+    let reset = tokio::spawn(async move {
+        run_cli(&[
+            "offsets",
+            "reset",
+            "--config",
+            &path,
+            "--topic",
+            &name,
+            "--to-offset",
+            "100",
+            "--set",
+            "postgres.lock_timeout=30s",
+        ])
+        .await
+    });
+    let mut healthy = Sink::start(&config, "healthy");
+    let out = reset.await.unwrap();
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the reset waited {:?}",
+        started.elapsed()
+    );
+    for p in 0..2 {
+        let line = format!("{}/{p}: 500 -> 100", topic.name);
+        assert!(out.stdout.contains(&line), "{}", out.stdout);
+    }
+    let events: Vec<(i32, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT partition, from_offset, to_offset FROM kafka_offset_events ORDER BY partition",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(events, vec![(0, Some(500), 100), (1, Some(500), 100)]);
+
+    let even: Vec<RawRecord> = (1_000..1_200)
+        .filter(|id| id % 2 == 0)
+        .map(|id| RawRecord::json(0, &order_json(id)))
+        .collect();
+    produce_raw(&producer, &topic.name, &even).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
+    let copies = orders_as_produced(&db, "orders", 2).await;
+    for p in 0..2 {
+        for offset in 0..600 {
+            let expected = if (100..500).contains(&offset) { 2 } else { 1 };
+            assert_eq!(copies.get(&(p, offset)), Some(&expected), "{p}@{offset}");
+        }
+    }
+    assert_eq!(copies.len(), 1_200);
+    assert!(healthy.stop().success());
+    stopped.signal(Signal::SIGCONT);
+}
+
+/// Holds sink `sink`'s next transaction after its offset update (`records` produced meanwhile
+/// make one), stops the sink there, and lets the transaction's statement finish: the sink's
+/// session then sits idle in its transaction, holding the rows of the partitions written.
+async fn stop_inside_a_transaction(
+    db: &TestDb,
+    sink: &Sink,
+    topic: &TestTopic,
+    records: &[RawRecord],
+) {
+    let mut blocker = db.pool.begin().await.unwrap();
+    blocker
+        .execute("LOCK TABLE orders IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    produce_raw(&producer(), &topic.name, records).await;
+    wait_until(
+        "the sink's transaction to wait",
+        Duration::from_secs(30),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = $1 AND application_name = 'kafka-pg-sink'
+                    AND wait_event_type = 'Lock'",
+            )
+            .bind(&db.name)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            waiting == 1
+        },
+    )
+    .await;
+    sink.signal(Signal::SIGSTOP);
+    blocker.rollback().await.unwrap();
+}
+
+/// A reset waits at most `postgres.lock_timeout` for a partition's row: a sink stopped inside
+/// a transaction holding it is ended (the reset fences it anyway) and the reset applies; a
+/// session that is not a sink's is never ended, and the reset gives up, exits 1 and names it.
+/// The stopped sink, woken, owned the partition at the reset: it claims it back and continues
+/// from the reset position.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reset_ends_a_stopped_sink_holding_its_row_and_gives_up_on_other_holders() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    produce_orders(&producer(), &topic, 0, 100).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let file = ConfigFile::new(&config.toml());
+    let mut sink = Sink::start_with(
+        &config,
+        "sink",
+        &["--set", "postgres.idle_in_transaction_timeout=600s"],
+    );
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let stored = || async { db.stored_offsets(&config.group, &topic.name).await[0].1 };
+    let quick = ["--to-offset", "10", "--set", "postgres.lock_timeout=300ms"];
+
+    let mut holder = db.pool.begin().await.unwrap();
+    holder
+        .execute("SET LOCAL application_name = 'an operator''s psql'")
+        .await
+        .unwrap();
+    holder
+        .execute("SELECT * FROM kafka_offsets FOR UPDATE")
+        .await
+        .unwrap();
+    let out = reset_cli(&file, &topic.name, &quick).await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("reset not applied")
+            && out.stderr.contains("3 waits")
+            && out.stderr.contains("an operator's psql"),
+        "{}",
+        out.stderr
+    );
+    holder.rollback().await.unwrap();
+    assert_eq!(stored().await, Some(100));
+
+    let more: Vec<RawRecord> = (100..110)
+        .map(|id| RawRecord::json(0, &order_json(id)))
+        .collect();
+    stop_inside_a_transaction(&db, &sink, &topic, &more).await;
+    let out = reset_cli(&file, &topic.name, &quick).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("{}/0: 100 -> 10", topic.name)),
+        "{}",
+        out.stdout
+    );
+    let sessions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state = 'idle in transaction'",
+    )
+    .bind(&db.name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(sessions, 0, "the stopped sink's transaction was ended");
+
+    sink.signal(Signal::SIGCONT);
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let copies = orders_as_produced(&db, "orders", 1).await;
+    for offset in 0..110 {
+        let expected = if (10..100).contains(&offset) { 2 } else { 1 };
+        assert_eq!(copies.get(&(0, offset)), Some(&expected), "offset {offset}");
+    }
+    assert!(sink.logs().contains("position reset by an operator"));
+    assert!(sink.stop().success());
 }

@@ -212,30 +212,45 @@ async fn postgres_over_verified_tls() {
     assert!(sink.stop().success());
 }
 
+/// The `GRANT` statements of README's "Minimal grants", for `role` on database `db`: read from
+/// README itself, so the documentation and this test cannot drift apart.
+fn readme_grants(db: &str, role: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let section = &readme[readme
+        .find("**Minimal grants**")
+        .expect("a Minimal grants section")..];
+    let start = section.find("```sql").expect("a sql block") + "```sql".len();
+    let block = &section[start..start + section[start..].find("```").expect("its end")];
+    let grants: Vec<String> = block
+        .lines()
+        .map(|l| l.split("--").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            assert!(l.starts_with("GRANT ") && l.ends_with(" TO sink;"), "{l}");
+            l.replace(" TO sink;", &format!(" TO {role};"))
+                .replace("ON DATABASE app ", &format!("ON DATABASE \"{db}\" "))
+        })
+        .collect();
+    assert!(grants.len() >= 9, "{grants:?}");
+    grants.join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_documented_minimal_grants_are_enough() {
     let db = TestDb::migrated().await;
+    // The tables README's grants name: orders (insert mode) and customers (upsert mode).
     db.create_orders_table("orders").await;
     db.pool
-        .execute("CREATE TABLE latest (id bigint PRIMARY KEY, v text)")
+        .execute("CREATE TABLE customers (id bigint PRIMARY KEY, v text)")
         .await
         .unwrap();
     let role = format!("kps_sink_{}", &db.name[9..]);
-    // The grants README.md lists, nothing more.
     db.pool
         .execute(
             format!(
-                r#"CREATE ROLE {role} LOGIN PASSWORD 'sink-pass';
-                   GRANT CONNECT, TEMPORARY ON DATABASE "{db}" TO {role};
-                   GRANT USAGE ON SCHEMA public TO {role};
-                   GRANT SELECT ON refinery_schema_history TO {role};
-                   GRANT SELECT, INSERT, UPDATE ON kafka_offsets TO {role};
-                   GRANT SELECT, INSERT, UPDATE, DELETE ON kafka_dead_letters TO {role};
-                   GRANT INSERT ON kafka_offset_events TO {role};
-                   GRANT USAGE ON SEQUENCE kafka_dead_letters_id_seq, kafka_offset_events_id_seq TO {role};
-                   GRANT SELECT, INSERT ON orders TO {role};
-                   GRANT SELECT, INSERT, UPDATE, DELETE ON latest TO {role};"#,
-                db = db.name
+                "CREATE ROLE {role} LOGIN PASSWORD 'sink-pass';\n{}",
+                readme_grants(&db.name, &role)
             )
             .as_str(),
         )
@@ -247,30 +262,101 @@ async fn the_documented_minimal_grants_are_enough() {
 
     let orders = TestTopic::create(2).await;
     produce_orders(&producer(), &orders, 0, 1_000).await;
-    let latest = TestTopic::create(1).await;
+    let customers = TestTopic::create(1).await;
     let mut records: Vec<RawRecord> = (0..100)
         .map(|i| RawRecord::json(0, &format!(r#"{{"id":{},"v":"v{i}"}}"#, i % 10)))
         .collect();
     records.push(RawRecord::json(0, "not json"));
-    produce_raw(&producer(), &latest.name, &records).await;
+    produce_raw(&producer(), &customers.name, &records).await;
 
     let mut config = SinkConfig::new(url.as_str(), &orders.name, "orders");
-    config.extra = format!("[[topics]]\nname = \"{}\"\ntable = \"latest\"\nmode = \"upsert\"\non_error = \"dead_letter\"\n", latest.name);
-    let mut sink = Sink::start(&config, "least privilege");
+    config.extra = format!("[[topics]]\nname = \"{}\"\ntable = \"customers\"\nmode = \"upsert\"\non_error = \"dead_letter\"\n", customers.name);
+    let fast_watermarks = ["--set", "kafka.watermark_interval=300ms"];
+    let mut sink = Sink::start_with(&config, "least privilege", &fast_watermarks);
     wait_drained(&db, &config.group, &orders, Duration::from_secs(60)).await;
-    wait_drained(&db, &config.group, &latest, Duration::from_secs(60)).await;
+    wait_drained(&db, &config.group, &customers, Duration::from_secs(60)).await;
     assert_exactly_once(&db, "orders", 1_000).await;
-    let latest_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM latest")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(latest_rows, 10);
+    let customer_rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, v FROM customers ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let expected: Vec<(i64, String)> = (0..10).map(|id| (id, format!("v{}", 90 + id))).collect();
+    assert_eq!(customer_rows, expected, "the last record per id");
     let letters: i64 = sqlx::query_scalar("SELECT count(*) FROM kafka_dead_letters")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     assert_eq!(letters, 1);
+
+    // Lag from SQL works under these grants too: watermarks stored, kafka_lag readable by the
+    // sink's own role, and the lag gauges it reads from there exported.
+    let as_sink = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url.as_str())
+        .await
+        .unwrap();
+    let lag = || async {
+        sqlx::query_as::<_, (String, i32, Option<i64>, Option<i64>)>(
+            "SELECT topic, partition, high_watermark, lag FROM kafka_lag
+              WHERE consumer_group = $1 ORDER BY topic, partition",
+        )
+        .bind(&config.group)
+        .fetch_all(&as_sink)
+        .await
+        .unwrap()
+    };
+    let mut expected_lag = vec![
+        (orders.name.clone(), 0, Some(500), Some(0)),
+        (orders.name.clone(), 1, Some(500), Some(0)),
+        (customers.name.clone(), 0, Some(101), Some(0)),
+    ];
+    expected_lag.sort();
+    wait_until(
+        "kafka_watermarks to be stored",
+        Duration::from_secs(30),
+        || async { lag().await == expected_lag },
+    )
+    .await;
+    let metrics = ureq::get(format!("http://{}/metrics", sink.http_address()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let gauge = format!(
+        "kafka_pg_sink_lag{{topic=\"{}\",partition=\"0\"}} 0",
+        customers.name
+    );
+    assert!(metrics.contains(&gauge), "{metrics}");
     assert!(sink.stop().success());
+
+    // Without the grant the sink still runs, and says once, at WARN, that lag is not stored.
+    db.pool
+        .execute(format!("REVOKE ALL ON kafka_watermarks FROM {role}").as_str())
+        .await
+        .unwrap();
+    let mut sink = Sink::start_with(&config, "no watermarks", &fast_watermarks);
+    let warnings = |logs: &str| -> Vec<String> {
+        logs.lines()
+            .filter(|l| l.contains(" WARN ") && l.contains("watermarks"))
+            .map(str::to_string)
+            .collect()
+    };
+    wait_until("the warning", Duration::from_secs(60), || async {
+        !warnings(&sink.logs()).is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(sink.is_running(), "{}", sink.logs_tail(20));
+    assert!(sink.stop().success());
+    let warnings = warnings(&sink.logs());
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("permission denied"),
+        "one warning, not one per interval: {warnings:#?}"
+    );
+
+    as_sink.close().await;
     // Roles outlive databases: remove this one.
     db.pool
         .execute(format!("DROP OWNED BY {role}; DROP ROLE {role}").as_str())

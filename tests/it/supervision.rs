@@ -136,7 +136,10 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
         killed += n;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(killed > 0, "no transaction was interrupted: the test proved nothing");
+    assert!(
+        killed > 0,
+        "no transaction was interrupted: the test proved nothing"
+    );
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 30_000).await;
 

@@ -7,7 +7,7 @@ use nix::sys::signal::Signal;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 const RECORDS: i64 = 20_000;
@@ -118,4 +118,142 @@ async fn a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_class
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_consumer_protocol() {
     zombie("consumer").await;
+}
+
+/// An operator resets a partition whose owner had been taken over: only the owner at the time
+/// of the reset may claim it back. Sink A owns it and stops past its session timeout with a
+/// rewind due (its last transaction failed), B takes over, the operator resets twice, A wakes
+/// while B pauses a moment, so A looks first: A must stay fenced, and B continue from the
+/// reset position, every record once from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_waking_after_an_operator_reset_cannot_take_the_partition_back() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(1).await;
+    let producer = producer();
+    produce_orders(&producer, &topic, 0, 200).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    // A long backoff: a rewind scheduled before the pause is still pending when A wakes, so
+    // the first thing A does is re-read its partition, before librdkafka tells it it lost it.
+    let mut a = Sink::start_with(
+        &config,
+        "zombie",
+        &[
+            "--set",
+            "batch.retry_backoff_min=4s",
+            "--set",
+            "batch.retry_backoff_max=5s",
+        ],
+    );
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE datname = $1 AND application_name = 'kafka-pg-sink'",
+    )
+    .bind(&db.name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(n > 0);
+    produce_orders(&producer, &topic, 200, 210).await;
+    wait_until(
+        "A's rewind to be scheduled",
+        Duration::from_secs(30),
+        || async { a.logs().contains("rewind scheduled") },
+    )
+    .await;
+    a.signal(Signal::SIGSTOP);
+
+    let mut b = Sink::start(&config, "rightful owner");
+    let b_tag = format!("/{}/", b.pid());
+    wait_until(
+        "B to take the partition over",
+        Duration::from_secs(90),
+        || async {
+            owners(&db, &config.group)
+                .await
+                .iter()
+                .all(|o| o.contains(&b_tag))
+        },
+    )
+    .await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+
+    // B pauses for a moment (well inside its session timeout) while the operator resets twice
+    // and A wakes.
+    b.signal(Signal::SIGSTOP);
+    let file = ConfigFile::new(&config.toml());
+    for to in ["80", "50"] {
+        let out = run_cli(&[
+            "offsets",
+            "reset",
+            "--config",
+            file.arg(),
+            "--topic",
+            &topic.name,
+            "--to-offset",
+            to,
+        ])
+        .await;
+        assert!(out.status.success(), "{}", out.stderr);
+        // The first replaces B's epoch, the second the first reset's.
+        let replaced = if to == "80" {
+            b_tag.as_str()
+        } else {
+            "of reset:"
+        };
+        assert!(
+            out.stdout.contains("(replaced epoch ") && out.stdout.contains(replaced),
+            "{}",
+            out.stdout
+        );
+    }
+    let detail: String = sqlx::query_scalar(
+        "SELECT detail FROM kafka_offset_events WHERE kind = 'manual_reset' ORDER BY id LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        detail.contains("replacing epoch ") && detail.contains(&b_tag),
+        "{detail}"
+    );
+    let reset_at: i64 = sqlx::query_scalar("SELECT max(seq) FROM offset_audit")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let log_mark = a.logs().len();
+    a.signal(Signal::SIGCONT);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    b.signal(Signal::SIGCONT);
+
+    produce_orders(&producer, &topic, 210, 300).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let copies = orders_as_produced(&db, "orders", 1).await;
+    for offset in 0..300 {
+        let expected = if (50..210).contains(&offset) { 2 } else { 1 };
+        assert_eq!(copies.get(&(0, offset)), Some(&expected), "offset {offset}");
+    }
+    // After the resets only B claimed or committed.
+    let owners_since: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT owner FROM offset_audit WHERE seq > $1 ORDER BY 1")
+            .bind(reset_at)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        !owners_since.is_empty() && owners_since.iter().all(|o| o.contains(&b_tag)),
+        "A is /{}/, B {b_tag}: {owners_since:?}",
+        a.pid()
+    );
+    let after = &a.logs()[log_mark..];
+    assert!(
+        after.contains("fenced"),
+        "A re-read its partition and saw it was not its:\n{after}"
+    );
+    assert!(b.stop().success());
+    if a.is_running() {
+        a.stop();
+    }
 }

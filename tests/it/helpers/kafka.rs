@@ -170,7 +170,8 @@ pub struct RawRecord {
     pub partition: i32,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Names and values as bytes: any name Kafka allows, not only UTF-8.
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     pub timestamp_ms: Option<i64>,
 }
 
@@ -187,7 +188,6 @@ impl RawRecord {
 /// Produces the records in order (idempotent producer: order holds while in flight) and waits
 /// for every acknowledgement.
 pub async fn produce_raw(producer: &FutureProducer, topic: &str, records: &[RawRecord]) {
-    use rdkafka::message::{Header, OwnedHeaders};
     let mut pending = Vec::with_capacity(1000);
     for r in records {
         let mut record: FutureRecord<'_, [u8], [u8]> =
@@ -202,13 +202,11 @@ pub async fn produce_raw(producer: &FutureProducer, topic: &str, records: &[RawR
             record = record.timestamp(ts);
         }
         if !r.headers.is_empty() {
-            let mut headers = OwnedHeaders::new();
-            for (k, v) in &r.headers {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: v.as_deref(),
-                });
-            }
+            // Not `OwnedHeaders::insert`, whose names are `&str`.
+            let headers = kafka_pg_sink::headers::to_owned(
+                r.headers.iter().map(|(k, v)| (&k[..], v.as_deref())),
+            )
+            .expect("headers");
             record = record.headers(headers);
         }
         pending.push(

@@ -174,3 +174,39 @@ pub async fn assert_offset_history_is_a_chain(db: &TestDb) {
     }
     assert!(advances > 0, "the audit saw no commits at all");
 }
+
+/// Checks every column of every row of an orders table against the order it names
+/// (`kafka::order_json(id)`, produced over `partitions` partitions in id order, so order `id`
+/// is at partition `id % partitions`, offset `id / partitions`). Returns how many copies each
+/// (partition, offset) has, for the caller's expectations.
+pub async fn orders_as_produced(
+    db: &TestDb,
+    table: &str,
+    partitions: i64,
+) -> std::collections::BTreeMap<(i32, i64), i64> {
+    type Row = (i64, String, String, Option<String>, i64, String, i32, i64);
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "SELECT id, customer, amount::text, status, (extract(epoch FROM created_at) * 1000)::int8,
+                attrs::text, kafka_partition, kafka_offset FROM \"{table}\""
+    ))
+    .fetch_all(&db.pool)
+    .await
+    .expect("read orders");
+    let mut copies = std::collections::BTreeMap::new();
+    for row in rows {
+        let id = row.0;
+        let expected: Row = (
+            id,
+            format!("c-{}", id % 97),
+            format!("{}.{:02}", id % 1000, id % 100),
+            Some(["new", "paid", "shipped"][(id % 3) as usize].to_string()),
+            1_700_000_000_000 + id * 1000,
+            format!(r#"{{"n": {id}, "tags": ["a", "b"]}}"#),
+            (id % partitions) as i32,
+            id / partitions,
+        );
+        assert_eq!(row, expected, "a row differs from the order it names");
+        *copies.entry((row.6, row.7)).or_insert(0) += 1;
+    }
+    copies
+}
