@@ -32,6 +32,12 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
         .connect(&services().admin_url)
         .await
         .unwrap();
+    // Sessions are ended only once the sink writes: ending its startup queries would stop it
+    // before it ever ran, which is not what this test is about.
+    wait_until("the first rows", Duration::from_secs(60), || async {
+        db.count("orders").await > 0
+    })
+    .await;
     let mut killed = 0i64;
     for _ in 0..20 {
         if db.count("orders").await >= RECORDS {
