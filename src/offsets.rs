@@ -282,6 +282,21 @@ impl OffsetStore {
         &self.group
     }
 
+    /// A transaction whose row locks wait at most `lock_timeout`, as every claim's must: a
+    /// stopped previous owner holding the rows is then fenced instead of waited for.
+    async fn begin_bounded(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.lock_timeout.as_millis().max(1)
+        ))
+        .execute(&mut *tx)
+        .await?;
+        Ok(tx)
+    }
+
     /// Takes ownership of partitions: bumps their epochs and returns where each resumes.
     /// A zombie holding a lock on one of the rows is fenced (its session ended) and the claim
     /// retried, so assignment never waits on a stopped process.
@@ -293,13 +308,7 @@ impl OffsetStore {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut tx = self.pool.begin().await?;
-            sqlx::query(&format!(
-                "SET LOCAL lock_timeout = {}",
-                self.lock_timeout.as_millis().max(1)
-            ))
-            .execute(&mut *tx)
-            .await?;
+            let mut tx = self.begin_bounded().await?;
             let result = sqlx::query(CLAIM_SQL)
                 .bind(&self.group)
                 .bind(&topics)
@@ -340,13 +349,7 @@ impl OffsetStore {
         &self,
         owned: &[(TopicPartition, i64)],
     ) -> Result<Vec<StoredOffset>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(&format!(
-            "SET LOCAL lock_timeout = {}",
-            self.lock_timeout.as_millis().max(1)
-        ))
-        .execute(&mut *tx)
-        .await?;
+        let mut tx = self.begin_bounded().await?;
         let rows = sqlx::query(RECLAIM_SQL)
             .bind(&self.group)
             .bind(owned.iter().map(|(tp, _)| &*tp.topic).collect::<Vec<_>>())

@@ -637,6 +637,23 @@ impl Pipeline {
         }
     }
 
+    /// What a committed transaction (whole, or without a refused record) means for the
+    /// counters and the positions mirrored to Kafka.
+    fn committed(&mut self, result: &WriteResult) {
+        self.stats.committed_batch(
+            result.records,
+            result.rows,
+            result.transaction_time,
+            result.batch_age,
+            &result.tables,
+            result.dead_letters,
+        );
+        if self.mirror_commits {
+            self.to_mirror
+                .extend(result.offsets.iter().map(|a| (a.tp.clone(), a.next)));
+        }
+    }
+
     /// Every writer outcome lands here, so in-flight counts, stats and rewinds change only on
     /// the consumer thread.
     fn apply(&mut self, result: WriteResult) {
@@ -647,19 +664,8 @@ impl Pipeline {
         self.lanes[lane_idx].in_flight -= 1;
         match result.outcome {
             Outcome::Committed => {
-                self.stats.committed_batch(
-                    result.records,
-                    result.rows,
-                    result.transaction_time,
-                    result.batch_age,
-                    &result.tables,
-                    result.dead_letters,
-                );
+                self.committed(&result);
                 self.lanes[lane_idx].failures = 0;
-                if self.mirror_commits {
-                    self.to_mirror
-                        .extend(result.offsets.iter().map(|a| (a.tp.clone(), a.next)));
-                }
                 tracing::trace!(
                     lane = lane_idx,
                     batch = result.batch_id,
@@ -698,29 +704,26 @@ impl Pipeline {
                     reason,
                 });
             }
-            Outcome::RejectedRecord { tp, offset, reason } => {
+            Outcome::RejectedRecord {
+                ref tp,
+                offset,
+                ref reason,
+            } => {
                 // The rest of the batch committed; the record's partition rests on it.
-                self.stats.committed_batch(
-                    result.records,
-                    result.rows,
-                    result.transaction_time,
-                    result.batch_age,
-                    &result.tables,
-                    result.dead_letters,
-                );
+                self.committed(&result);
                 self.stats.failed_batch(Failure::Rejected);
-                if self.mirror_commits {
-                    self.to_mirror
-                        .extend(result.offsets.iter().map(|a| (a.tp.clone(), a.next)));
-                }
-                if let Some(p) = self.state_mut(&tp) {
+                if let Some(p) = self.state_mut(tp) {
                     p.sealed_next = Some(offset);
                     p.status = Status::Fenced;
                 }
                 // The open batch holds the partition's later records: it must not commit (one
                 // already sent fails its compare-and-set).
                 self.begin_rewind(lane_idx);
-                self.set_fatal(Fatal::RejectedRecord { tp, offset, reason });
+                self.set_fatal(Fatal::RejectedRecord {
+                    tp: tp.clone(),
+                    offset,
+                    reason: reason.clone(),
+                });
             }
         }
     }
