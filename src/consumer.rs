@@ -188,3 +188,71 @@ pub fn run(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Overrides, Settings};
+
+    /// The `[kafka]` section of a minimal configuration plus `extra` lines.
+    fn kafka(extra: &str) -> KafkaSettings {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sink.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[kafka]\nbootstrap_servers = \"k:9092\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
+            ),
+        )
+        .unwrap();
+        Settings::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .kafka
+    }
+
+    /// README's `[kafka]` section: what the sink sets on its consumer, per group protocol.
+    #[test]
+    fn the_consumer_gets_the_documented_settings_per_protocol() {
+        let classic = client_config(&kafka(""));
+        for (key, value) in [
+            ("group.id", "kafka-pg-sink"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("queued.max.messages.kbytes", "16384"),
+            ("fetch.queue.backoff.ms", "10"),
+            ("topic.metadata.refresh.interval.ms", "30000"),
+            ("auto.offset.reset", "error"),
+            ("group.protocol", "classic"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("session.timeout.ms", "45000"),
+        ] {
+            assert_eq!(classic.get(key), Some(value), "{key}");
+        }
+
+        let consumer = client_config(&kafka(
+            "group_protocol = \"consumer\"\nsession_timeout = \"10s\"",
+        ));
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        // KIP-848: the broker decides the session timeout and the assignment.
+        assert_eq!(consumer.get("session.timeout.ms"), None);
+        assert_eq!(consumer.get("partition.assignment.strategy"), None);
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
+        assert_eq!(consumer.get("auto.offset.reset"), Some("error"));
+
+        let classic = client_config(&kafka("session_timeout = \"10s\""));
+        assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
+    }
+
+    /// `kafka.properties` wins over the sink's tuning (fetch settings), and passes other
+    /// librdkafka options through verbatim.
+    #[test]
+    fn user_properties_override_the_fetch_settings() {
+        let config = client_config(&kafka(
+            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"queued.max.messages.kbytes\" = \"4096\"\n\"security.protocol\" = \"SASL_SSL\"",
+        ));
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("250"));
+        assert_eq!(config.get("queued.max.messages.kbytes"), Some("4096"));
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+    }
+}

@@ -452,3 +452,234 @@ async fn check_warns_about_integer_times_without_a_unit() {
     assert!(out.stdout.contains("integers in us"), "{}", out.stdout);
     assert!(out.stdout.contains("integers in days"), "{}", out.stdout);
 }
+
+/// README, Configuration: the file may come from `KAFKA_PG_SINK_CONFIG` instead of `--config`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_file_can_come_from_kafka_pg_sink_config() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli_env(&["check"], &[("KAFKA_PG_SINK_CONFIG", file.arg())]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!("group {:?}", config.group)),
+        "{}",
+        out.stdout
+    );
+}
+
+/// README, Configuration: `KAFKA_BOOTSTRAP_SERVERS` overrides the file, the prefixed variable
+/// overrides it, and `--bootstrap-servers` overrides both. Each losing layer names a port
+/// nothing listens on, so `check` could not pass if it won.
+#[tokio::test(flavor = "multi_thread")]
+async fn bootstrap_servers_come_from_the_file_then_the_environment_then_the_flag() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let real = services().kafka.clone();
+    let dead = "127.0.0.1:1";
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka = Some(dead.into());
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
+    let uses = |out: &crate::helpers::sink::CliOutput, servers: &str| {
+        assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains(&format!("kafka: {servers} (")),
+            "{}",
+            out.stdout
+        );
+    };
+
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[("KAFKA_BOOTSTRAP_SERVERS", &real)],
+    )
+    .await;
+    uses(&out, &real);
+
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[
+            ("KAFKA_BOOTSTRAP_SERVERS", dead),
+            ("KAFKA_PG_SINK_KAFKA__BOOTSTRAP_SERVERS", &real),
+        ],
+    )
+    .await;
+    uses(&out, &real);
+
+    let out = run_cli_env(
+        &["check", "--config", &path, "--bootstrap-servers", &real],
+        &[
+            ("KAFKA_BOOTSTRAP_SERVERS", dead),
+            ("KAFKA_PG_SINK_KAFKA__BOOTSTRAP_SERVERS", dead),
+        ],
+    )
+    .await;
+    uses(&out, &real);
+}
+
+/// README, `[postgres]`: `connect_timeout` bounds a connection attempt. The server here accepts
+/// TCP connections and never answers, so only the timeout can end the attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_timeout_bounds_an_attempt_to_a_server_that_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            // Keep every connection open and silent.
+            held.push(stream);
+        }
+    });
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let file = ConfigFile::new(&config.toml());
+    let silent = format!("postgres://nobody:secret@127.0.0.1:{port}/none");
+    let started = std::time::Instant::now();
+    let out = run_cli(&[
+        "check",
+        "--config",
+        file.arg(),
+        "--database-url",
+        &silent,
+        "--set",
+        "postgres.connect_timeout=1s",
+    ])
+    .await;
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "check took {took:?} with a 1 s connect_timeout"
+    );
+    assert!(
+        out.stdout.contains("cannot connect to PostgreSQL") && out.stdout.contains("timed out"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// README, `[log]`: `RUST_LOG` filters the output; without it, `info` and up is shown.
+#[tokio::test(flavor = "multi_thread")]
+async fn rust_log_filters_what_is_logged() {
+    let db = TestDb::empty().await;
+    let out = run_cli_env(
+        &["migrate", "--database-url", &db.url],
+        &[("RUST_LOG", "warn")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains(" INFO ") && !out.stderr.contains("migrations applied"),
+        "RUST_LOG=warn still shows INFO:\n{}",
+        out.stderr
+    );
+
+    let out = run_cli(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(" INFO ") && out.stderr.contains("already up to date"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains(" DEBUG ") && !out.stderr.contains(" TRACE "),
+        "the default is info:\n{}",
+        out.stderr
+    );
+
+    let out = run_cli_env(
+        &["migrate", "--database-url", &db.url],
+        &[("RUST_LOG", "trace")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(" TRACE ") || out.stderr.contains(" DEBUG "),
+        "RUST_LOG=trace shows nothing below INFO:\n{}",
+        out.stderr
+    );
+}
+
+/// README, Commands: `migrate` upgrades a database an older release migrated. Here the
+/// database holds only V1 (the later migrations' objects dropped and their history removed),
+/// with a stored position that must survive.
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_upgrades_a_database_migrated_to_v1_only() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "DROP VIEW kafka_lag;
+             DROP TABLE kafka_watermarks, kafka_dead_letters, kafka_offset_events;
+             ALTER TABLE kafka_offsets DROP COLUMN reset_from_epoch;
+             DELETE FROM refinery_schema_history WHERE version > 1;
+             INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, owner_epoch, owner_id)
+                  VALUES ('old-group', 'old-topic', 3, 1234, 7, 'old-owner');",
+        )
+        .await
+        .unwrap();
+
+    let out = run_cli(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("migrations applied"), "{}", out.stderr);
+    let versions: Vec<i32> =
+        sqlx::query_scalar("SELECT version FROM refinery_schema_history ORDER BY version")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count() as i32;
+    assert_eq!(versions, (1..=files).collect::<Vec<_>>());
+    for object in [
+        "kafka_lag",
+        "kafka_watermarks",
+        "kafka_dead_letters",
+        "kafka_offset_events",
+    ] {
+        let found: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+            .bind(object)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(found.as_deref(), Some(object));
+    }
+    let kept: (
+        String,
+        String,
+        i32,
+        Option<i64>,
+        i64,
+        Option<String>,
+        Option<i64>,
+    ) = sqlx::query_as(
+        "SELECT consumer_group, topic, partition, next_offset, owner_epoch, owner_id,
+                    reset_from_epoch FROM kafka_offsets",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        (
+            "old-group".into(),
+            "old-topic".into(),
+            3,
+            Some(1234),
+            7,
+            Some("old-owner".into()),
+            None
+        )
+    );
+    // And the upgraded database is one `check` accepts.
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+}
