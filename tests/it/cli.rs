@@ -1,11 +1,16 @@
 //! `migrate` and `check` as an operator runs them.
 
+use std::time::Duration;
+
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
-use crate::helpers::kafka::TestTopic;
+use crate::helpers::kafka::{
+    order_json, produce_orders, produce_raw, producer, RawRecord, TestTopic,
+};
 use crate::helpers::services::services;
-use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, SinkConfig};
+use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, Sink, SinkConfig};
+use crate::helpers::{orders_as_produced, wait_drained, wait_until};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide() {
@@ -110,7 +115,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     let mut config = SinkConfig::new(&db.url, "no-such-topic-for-check", "missing_table");
     config.extra = String::new();
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("missing_table does not exist"),
         "{}",
@@ -129,7 +134,7 @@ async fn check_names_each_problem_in_a_bad_config() {
         .toml()
         .replace("offset = \"kafka_offset\"", "offset = \"status\"");
     let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout
             .contains("metadata.offset cannot go into column \"status\""),
@@ -140,7 +145,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     // A typo in a setting is named, not ignored.
     let toml = config.toml().replace("max_records", "max_recordz");
     let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
 
     // An unmigrated database is reported with the command that fixes it.
@@ -148,7 +153,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     bare.create_orders_table("orders").await;
     let config = SinkConfig::new(&bare.url, &topic.name, "orders");
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("kafka-pg-sink migrate"),
         "{}",
@@ -682,4 +687,232 @@ async fn migrate_upgrades_a_database_migrated_to_v1_only() {
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
     assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+}
+
+/// README, Configuration: `examples/orders.toml` works with `examples/orders.sql`. Only what
+/// names this machine's services, and the topic and group (unique per test), are replaced;
+/// every other line is the example's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_config_migrates_checks_and_drains_into_the_example_table() {
+    let db = TestDb::empty().await;
+    let sql = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.sql"))
+        .unwrap();
+    db.pool.execute(sql.as_str()).await.unwrap();
+    let topic = TestTopic::create(2).await;
+    let group = format!("g-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let mut toml =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.toml"))
+            .unwrap();
+    for (line, replacement) in [
+        (
+            "bootstrap_servers = \"127.0.0.1:9092\"".to_string(),
+            format!("bootstrap_servers = \"{}\"", services().kafka),
+        ),
+        (
+            "group_id = \"orders-sink\"".into(),
+            format!("group_id = \"{group}\""),
+        ),
+        (
+            "url = \"postgres://postgres:postgres@127.0.0.1:5432/postgres\"".into(),
+            format!("url = \"{}\"", db.url),
+        ),
+        (
+            "name = \"orders\"".into(),
+            format!("name = \"{}\"", topic.name),
+        ),
+        // Other sinks may run on this machine.
+        (
+            "listen = \"127.0.0.1:9464\"".into(),
+            "listen = \"127.0.0.1:0\"".into(),
+        ),
+    ] {
+        assert_eq!(toml.matches(&line).count(), 1, "{line} in the example");
+        toml = toml.replace(&line, &replacement);
+    }
+    let file = ConfigFile::new(&toml);
+
+    let out = run_cli(&["migrate", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
+
+    let mut sink = Sink::start_file(file.path(), "example");
+    let timestamp = |id: i64| 1_650_000_000_000 + id * 7;
+    let records: Vec<RawRecord> = (0..100)
+        .map(|id| RawRecord {
+            key: Some(id.to_string().into_bytes()),
+            timestamp_ms: Some(timestamp(id)),
+            ..RawRecord::json((id % 2) as i32, &order_json(id))
+        })
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    wait_drained(&db, &group, &topic, Duration::from_secs(60)).await;
+    assert_eq!(sink.stop().code(), Some(0), "{}", sink.logs_tail(20));
+
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        i64,
+        serde_json::Value,
+        i32,
+        i64,
+        i64,
+        bool,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, customer, amount::text, currency, status,
+                (extract(epoch FROM created_at) * 1000)::int8, attrs, kafka_partition,
+                kafka_offset, (extract(epoch FROM kafka_timestamp) * 1000)::int8,
+                inserted_at IS NOT NULL
+           FROM orders ORDER BY id::int",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 100);
+    for (id, row) in (0i64..).zip(rows) {
+        let order: serde_json::Value = serde_json::from_str(&order_json(id)).unwrap();
+        let expected: Row = (
+            id.to_string(),
+            order["customer"].as_str().unwrap().into(),
+            order["amount"].as_str().unwrap().into(),
+            "EUR".into(),
+            order["status"].as_str().map(String::from),
+            1_700_000_000_000 + id * 1000,
+            order["attrs"].clone(),
+            (id % 2) as i32,
+            id / 2,
+            timestamp(id),
+            true,
+        );
+        assert_eq!(row, expected, "order {id}");
+    }
+}
+
+/// README, `[log]`: `--log-format json` makes every line one JSON object, a configuration
+/// error included; the progress line carries records/s, rows/s, rows committed and commit
+/// latency.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line_and_carry_the_progress_line() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(2).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let mut sink = Sink::start_with(
+        &config,
+        "json",
+        &["--log-format", "json", "--set", "log.progress_interval=1s"],
+    );
+    produce_orders(&producer(), &topic, 0, 300).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let progress = |logs: &str| -> Vec<serde_json::Value> {
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == "progress")
+            .collect()
+    };
+    wait_until(
+        "a progress line counting the 300 rows",
+        Duration::from_secs(10),
+        || {
+            let logs = sink.logs();
+            async move { progress(&logs).iter().any(|p| p["rows_committed"] == 300) }
+        },
+    )
+    .await;
+    assert_eq!(sink.stop().code(), Some(0), "{}", sink.logs_tail(20));
+    let copies = orders_as_produced(&db, "orders", 2).await;
+    assert_eq!(copies.len(), 300);
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
+
+    let logs = sink.logs();
+    assert_every_line_is_a_json_object(&logs);
+    let lines = progress(&logs);
+    for line in &lines {
+        for field in [
+            "records_per_sec",
+            "rows_per_sec",
+            "rows_committed",
+            "avg_commit_ms",
+            "max_commit_ms",
+        ] {
+            assert!(line[field].is_number(), "{field} in {line}");
+        }
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["records_per_sec"].as_f64() > Some(0.0)
+                && l["rows_per_sec"].as_f64() > Some(0.0)
+                && l["max_commit_ms"].as_f64() > Some(0.0)),
+        "no progress line saw the drain: {lines:?}"
+    );
+
+    // A configuration error is logged in the format asked for, too.
+    let bad = config.toml().replace("max_records", "max_recordz");
+    let out = run_cli(&[
+        "check",
+        "--config",
+        ConfigFile::new(&bad).arg(),
+        "--log-format",
+        "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
+    assert_every_line_is_a_json_object(&out.stderr);
+}
+
+/// Every non-empty line parses as a JSON object: no text line mixed in.
+fn assert_every_line_is_a_json_object(logs: &str) {
+    let mut lines = 0;
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+        assert!(
+            matches!(parsed, Ok(serde_json::Value::Object(_))),
+            "not a JSON object: {line}"
+        );
+        lines += 1;
+    }
+    assert!(lines > 0, "no log lines at all");
+}
+
+/// README, Metrics: `http.enabled = false` serves nothing, while records still drain; the
+/// same address is served when the endpoint is on.
+#[tokio::test(flavor = "multi_thread")]
+async fn http_enabled_false_serves_nothing() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("http.listen=127.0.0.1:{port}");
+    let address = format!("127.0.0.1:{port}");
+
+    let mut off = Sink::start_with(
+        &config,
+        "no-http",
+        &["--set", "http.enabled=false", "--set", &listen],
+    );
+    produce_orders(&producer(), &topic, 0, 100).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(
+        std::net::TcpStream::connect(&address).is_err(),
+        "something answers on {address} with http.enabled = false"
+    );
+    assert_eq!(off.stop().code(), Some(0), "{}", off.logs_tail(20));
+    assert!(!off.logs().contains("serving /metrics"), "{}", off.logs());
+
+    let mut on = Sink::start_with(&config, "http", &["--set", &listen]);
+    assert_eq!(on.http_address(), address);
+    assert!(std::net::TcpStream::connect(&address).is_ok());
+    assert_eq!(on.stop().code(), Some(0), "{}", on.logs_tail(20));
 }
