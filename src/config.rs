@@ -1018,6 +1018,7 @@ mod tests {
             "some.token",
             "sasl.jaas.config",
             "ssl.keystore.private",
+            "ssl.key.pem",
             "SSL.KEY.PASSWORD",
         ];
         let mut toml =

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaConfRes;
 
-use crate::config::{GroupProtocol, KafkaSettings};
+use crate::config::{is_secret_key, GroupProtocol, KafkaSettings};
 use crate::mapping::RecordView;
 use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
@@ -36,6 +38,26 @@ fn with_properties(kafka: &KafkaSettings, own: &[(&str, String)]) -> ClientConfi
         config.set(key, value);
     }
     config
+}
+
+/// librdkafka's configuration errors quote the offending value. For a property whose name
+/// looks like a secret, or an unknown name (a misspelt `sasl.pasword` no longer looks like
+/// one), that value may be the secret, so it is replaced before the error reaches a log line
+/// or `check`'s report.
+pub(crate) fn redact_config_error(e: KafkaError) -> KafkaError {
+    match e {
+        KafkaError::ClientConfig(res, desc, key, value)
+            if is_secret_key(&key) || res == RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN =>
+        {
+            let desc = if value.is_empty() {
+                desc
+            } else {
+                desc.replace(&value, "***")
+            };
+            KafkaError::ClientConfig(res, desc, key, "***".into())
+        }
+        other => other,
+    }
 }
 
 /// A producer for dead-letter topics: idempotent, acknowledged by all replicas.
@@ -254,5 +276,28 @@ mod tests {
         assert_eq!(config.get("queued.max.messages.kbytes"), Some("4096"));
         assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
+    }
+
+    /// A misspelt secret property is refused by librdkafka without its value being repeated;
+    /// other values still show, since they help find the mistake.
+    #[test]
+    fn a_refused_secret_property_does_not_repeat_its_value() {
+        let err = admin_config(&kafka("[kafka.properties]\n\"sasl.pasword\" = \"hunter2\""))
+            .create::<BaseConsumer>()
+            .map_err(redact_config_error)
+            .err()
+            .expect("librdkafka refuses an unknown property");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sasl.pasword"), "{shown}");
+
+        let err = admin_config(&kafka(
+            "[kafka.properties]\n\"security.protocol\" = \"bogus-protocol\"",
+        ))
+        .create::<BaseConsumer>()
+        .map_err(redact_config_error)
+        .err()
+        .expect("librdkafka refuses an invalid value");
+        assert!(err.to_string().contains("bogus-protocol"), "{err}");
     }
 }

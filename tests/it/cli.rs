@@ -916,3 +916,53 @@ async fn http_enabled_false_serves_nothing() {
     assert!(std::net::TcpStream::connect(&address).is_ok());
     assert_eq!(on.stop().code(), Some(0), "{}", on.logs_tail(20));
 }
+
+/// README, Security: `check` lists `kafka.properties`, showing every value whose name looks
+/// like a secret as `***`. `some.token` is no librdkafka property, so the client is refused
+/// (exit 1), but only after the listing.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_hides_every_secret_looking_property() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let secrets = [
+        "ssl.key.password",
+        "sasl.oauthbearer.client.secret",
+        "some.token",
+        "sasl.jaas.config",
+        "ssl.keystore.private",
+        "ssl.key.pem",
+    ];
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka_properties = secrets
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("\"{k}\" = \"hidden-{i}\""))
+        .chain(["\"client.rack\" = \"rack-visible\"".to_string()])
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    for key in secrets {
+        assert!(
+            out.stdout.contains(&format!("kafka property {key} = ***")),
+            "{key}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("kafka property client.rack = rack-visible"),
+        "{}",
+        out.stdout
+    );
+    for i in 0..secrets.len() {
+        let value = format!("hidden-{i}");
+        assert!(
+            !out.stdout.contains(&value) && !out.stderr.contains(&value),
+            "{value} printed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+}
