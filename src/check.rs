@@ -119,6 +119,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
 
     let kafka: Option<BaseConsumer<CheckContext>> = match consumer::admin_config(&settings.kafka)
         .create_with_context(CheckContext::default())
+        .map_err(consumer::redact_config_error)
     {
         Ok(c) => Some(c),
         Err(e) => {

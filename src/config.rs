@@ -667,6 +667,9 @@ impl Settings {
                     | "enable.auto.offset.store"
                     | "group.id"
                     | "bootstrap.servers"
+                    // Start positions are always explicit and an out-of-range position is
+                    // handled by `offset_out_of_range`; librdkafka must never move one.
+                    | "auto.offset.reset"
             ) {
                 return invalid(format!(
                     "kafka.properties.{key} is managed by the sink; use the kafka.* setting or drop it"
@@ -715,7 +718,8 @@ fn layers(file: Option<&Path>, overrides: &Overrides) -> Result<Figment, ConfigE
                 .only(&["DATABASE_URL"])
                 .map(|_| "postgres.url".into()),
         )
-        .merge(Env::prefixed(ENV_PREFIX).split("__"));
+        // KAFKA_PG_SINK_CONFIG names the file (read by the command line), not a setting.
+        .merge(Env::prefixed(ENV_PREFIX).ignore(&["CONFIG"]).split("__"));
     let flags = [
         (
             "kafka.bootstrap_servers",
@@ -871,6 +875,71 @@ mod tests {
         );
     }
 
+    /// Every default README's settings tables promise, one assertion each, so a default that
+    /// drifts fails here rather than surprising an operator.
+    #[test]
+    fn every_documented_default_holds() {
+        let file = write(MINIMAL);
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+
+        let k = &s.kafka;
+        assert_eq!(k.group_id, "kafka-pg-sink");
+        assert_eq!(k.group_protocol, GroupProtocol::Classic);
+        assert_eq!(k.auto_offset_reset, ResetPolicy::Earliest);
+        assert_eq!(k.watermark_interval, Duration::from_secs(5));
+        assert!(!k.mirror_commits);
+        assert_eq!(k.auth_failure_timeout, Duration::from_secs(60));
+        assert_eq!(k.offset_out_of_range, ResetPolicy::Fail);
+        assert_eq!(k.session_timeout, Duration::from_secs(45));
+        assert!(k.properties.is_empty());
+
+        let p = &s.postgres;
+        assert_eq!(p.writers, 2);
+        assert_eq!(p.connect_timeout, Duration::from_secs(10));
+        assert_eq!(p.statement_timeout, Duration::from_secs(60));
+        assert_eq!(p.lock_timeout, Duration::from_secs(5));
+        assert_eq!(p.idle_in_transaction_timeout, Duration::from_secs(60));
+
+        let b = &s.batch;
+        assert_eq!(b.max_records, 10_000);
+        assert_eq!(b.max_bytes, ByteSize::mib(8));
+        assert_eq!(b.max_wait, Duration::from_millis(250));
+        assert_eq!(b.max_in_flight, 2);
+        assert_eq!(b.retry_backoff_min, Duration::from_millis(100));
+        assert_eq!(b.retry_backoff_max, Duration::from_secs(30));
+
+        assert!(s.http.enabled);
+        assert_eq!(
+            s.http.listen,
+            "127.0.0.1:9464".parse::<std::net::SocketAddr>().unwrap()
+        );
+
+        assert_eq!(s.log.format, LogFormat::Text);
+        assert_eq!(s.log.progress_interval, Duration::from_secs(10));
+
+        let t = &s.topics[0];
+        assert_eq!(t.schema, "public");
+        assert_eq!(t.sanitize, Sanitize::Snake);
+        assert_eq!(t.format, RecordFormat::Json);
+        assert_eq!(t.write_mode(), WriteMode::Insert);
+        assert!(t.key.is_empty(), "empty means the primary key");
+        assert_eq!(t.key_from, KeyFrom::Value);
+        assert!(!t.delete_on_tombstone);
+        assert_eq!(t.raw_column, None);
+        assert!(t.map_by_name);
+        assert!(t.columns.is_empty());
+        assert_eq!(t.on_error, OnError::Fail);
+        assert_eq!(t.dead_letter_topic, None);
+        assert_eq!(t.max_record_bytes, ByteSize::mib(16));
+        assert_eq!(t.time_unit, None, "unset reads epoch milliseconds");
+        assert!(t.time_units.is_empty());
+
+        // Debezium's default mode is upsert: its events carry updates and deletes.
+        let file = write(&format!("{MINIMAL}format = \"debezium\"\n"));
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        assert_eq!(s.topics[0].write_mode(), WriteMode::Upsert);
+    }
+
     #[test]
     fn flags_and_set_override_the_file() {
         let file = write(MINIMAL);
@@ -909,6 +978,67 @@ mod tests {
         ));
         let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("enable.auto.commit"), "{err}");
+    }
+
+    /// Each property the sink manages itself is refused by name, not silently overridden.
+    #[test]
+    fn every_managed_kafka_property_is_refused() {
+        for key in [
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "group.id",
+            "bootstrap.servers",
+            "auto.offset.reset",
+        ] {
+            let file = write(&format!(
+                "{MINIMAL}\n[kafka.properties]\n\"{key}\" = \"x\"\n"
+            ));
+            let err = Settings::load(Some(file.path()), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("kafka.properties.{key} is managed by the sink")),
+                "{key}: {err}"
+            );
+        }
+        // Everything else passes through.
+        let file = write(&format!(
+            "{MINIMAL}\n[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"50\"\n"
+        ));
+        Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+    }
+
+    /// Every name README lists as secret-looking is hidden in `Debug`; other values show.
+    #[test]
+    fn every_secret_looking_property_is_redacted() {
+        let secrets = [
+            "sasl.password",
+            "ssl.key.password",
+            "sasl.oauthbearer.client.secret",
+            "some.token",
+            "sasl.jaas.config",
+            "ssl.keystore.private",
+            "ssl.key.pem",
+            "SSL.KEY.PASSWORD",
+        ];
+        let mut toml =
+            format!("{MINIMAL}\n[kafka.properties]\n\"client.rack\" = \"rack-visible\"\n");
+        for (i, key) in secrets.iter().enumerate() {
+            toml.push_str(&format!("\"{key}\" = \"hidden-{i}\"\n"));
+        }
+        let file = write(&toml);
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        let debug = format!("{s:?}");
+        for (i, key) in secrets.iter().enumerate() {
+            assert!(is_secret_key(key), "{key}");
+            assert!(!debug.contains(&format!("hidden-{i}")), "{key}: {debug}");
+            assert!(
+                debug.contains(&format!("\"{key}\": \"***\"")),
+                "{key}: {debug}"
+            );
+        }
+        assert!(debug.contains("rack-visible"), "{debug}");
+        assert!(!is_secret_key("client.rack"));
     }
 
     #[test]

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaConfRes;
 
-use crate::config::{GroupProtocol, KafkaSettings};
+use crate::config::{is_secret_key, GroupProtocol, KafkaSettings};
 use crate::mapping::RecordView;
 use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
@@ -36,6 +38,26 @@ fn with_properties(kafka: &KafkaSettings, own: &[(&str, String)]) -> ClientConfi
         config.set(key, value);
     }
     config
+}
+
+/// librdkafka's configuration errors quote the offending value. For a property whose name
+/// looks like a secret, or an unknown name (a misspelt `sasl.pasword` no longer looks like
+/// one), that value may be the secret, so it is replaced before the error reaches a log line
+/// or `check`'s report.
+pub(crate) fn redact_config_error(e: KafkaError) -> KafkaError {
+    match e {
+        KafkaError::ClientConfig(res, desc, key, value)
+            if is_secret_key(&key) || res == RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN =>
+        {
+            let desc = if value.is_empty() {
+                desc
+            } else {
+                desc.replace(&value, "***")
+            };
+            KafkaError::ClientConfig(res, desc, key, "***".into())
+        }
+        other => other,
+    }
 }
 
 /// A producer for dead-letter topics: idempotent, acknowledged by all replicas.
@@ -186,5 +208,96 @@ pub fn run(
     match fatal {
         Some(f) => Err(f),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Overrides, Settings};
+
+    /// The `[kafka]` section of a minimal configuration plus `extra` lines.
+    fn kafka(extra: &str) -> KafkaSettings {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sink.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[kafka]\nbootstrap_servers = \"k:9092\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
+            ),
+        )
+        .unwrap();
+        Settings::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .kafka
+    }
+
+    /// README's `[kafka]` section: what the sink sets on its consumer, per group protocol.
+    #[test]
+    fn the_consumer_gets_the_documented_settings_per_protocol() {
+        let classic = client_config(&kafka(""));
+        for (key, value) in [
+            ("group.id", "kafka-pg-sink"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("queued.max.messages.kbytes", "16384"),
+            ("fetch.queue.backoff.ms", "10"),
+            ("topic.metadata.refresh.interval.ms", "30000"),
+            ("auto.offset.reset", "error"),
+            ("group.protocol", "classic"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("session.timeout.ms", "45000"),
+        ] {
+            assert_eq!(classic.get(key), Some(value), "{key}");
+        }
+
+        let consumer = client_config(&kafka(
+            "group_protocol = \"consumer\"\nsession_timeout = \"10s\"",
+        ));
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        // KIP-848: the broker decides the session timeout and the assignment.
+        assert_eq!(consumer.get("session.timeout.ms"), None);
+        assert_eq!(consumer.get("partition.assignment.strategy"), None);
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
+        assert_eq!(consumer.get("auto.offset.reset"), Some("error"));
+
+        let classic = client_config(&kafka("session_timeout = \"10s\""));
+        assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
+    }
+
+    /// `kafka.properties` wins over the sink's tuning (fetch settings), and passes other
+    /// librdkafka options through verbatim.
+    #[test]
+    fn user_properties_override_the_fetch_settings() {
+        let config = client_config(&kafka(
+            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"queued.max.messages.kbytes\" = \"4096\"\n\"security.protocol\" = \"SASL_SSL\"",
+        ));
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("250"));
+        assert_eq!(config.get("queued.max.messages.kbytes"), Some("4096"));
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+    }
+
+    /// A misspelt secret property is refused by librdkafka without its value being repeated;
+    /// other values still show, since they help find the mistake.
+    #[test]
+    fn a_refused_secret_property_does_not_repeat_its_value() {
+        let err = admin_config(&kafka("[kafka.properties]\n\"sasl.pasword\" = \"hunter2\""))
+            .create::<BaseConsumer>()
+            .map_err(redact_config_error)
+            .err()
+            .expect("librdkafka refuses an unknown property");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sasl.pasword"), "{shown}");
+
+        let err = admin_config(&kafka(
+            "[kafka.properties]\n\"security.protocol\" = \"bogus-protocol\"",
+        ))
+        .create::<BaseConsumer>()
+        .map_err(redact_config_error)
+        .err()
+        .expect("librdkafka refuses an invalid value");
+        assert!(err.to_string().contains("bogus-protocol"), "{err}");
     }
 }

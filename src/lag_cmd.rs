@@ -69,7 +69,9 @@ pub fn topics(settings: &Settings, kafka: &BaseConsumer) -> anyhow::Result<Vec<(
 /// Reads positions from PostgreSQL and watermarks from Kafka.
 pub async fn report(settings: &Settings) -> anyhow::Result<LagReport> {
     let pool = startup::connect_pool(settings).await?;
-    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka).create()?;
+    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka)
+        .create()
+        .map_err(consumer::redact_config_error)?;
     let group = &settings.kafka.group_id;
     let stored: Vec<StoredRow> = sqlx::query_as(
         "SELECT topic, partition, next_offset, owner_id,

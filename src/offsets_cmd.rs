@@ -83,7 +83,9 @@ pub async fn reset(
     target: &Target,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Move>> {
-    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka).create()?;
+    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka)
+        .create()
+        .map_err(consumer::redact_config_error)?;
     let Some((_, count)) = lag_cmd::topics(settings, &kafka)?
         .into_iter()
         .find(|(t, _)| t == topic)

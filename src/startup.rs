@@ -122,6 +122,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
             Some(
                 consumer::dead_letter_producer_config(&settings.kafka)
                     .create()
+                    .map_err(consumer::redact_config_error)
                     .context("creating the dead-letter producer")?,
             )
         } else {
@@ -185,6 +186,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);
     let consumer: BaseConsumer<SinkContext> = consumer::client_config(&settings.kafka)
         .create_with_context(context)
+        .map_err(consumer::redact_config_error)
         .context("creating the Kafka consumer")?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let thread_shutdown = shutdown.clone();

@@ -858,3 +858,58 @@ fn backoff(limits: &BatchSettings, attempt: u32) -> Duration {
         .max(base);
     Duration::from_millis(rand::rng().random_range(base..=exp))
 }
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    /// README: "capped exponential backoff with jitter", between `retry_backoff_min` and
+    /// `retry_backoff_max`.
+    #[test]
+    fn backoff_grows_from_the_minimum_to_the_cap_with_jitter() {
+        let limits = BatchSettings {
+            retry_backoff_min: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(30),
+            ..BatchSettings::default()
+        };
+        let min = limits.retry_backoff_min;
+        let max = limits.retry_backoff_max;
+        assert_eq!(
+            backoff(&limits, 0),
+            min,
+            "the first retry waits the minimum"
+        );
+        for attempt in 0..64 {
+            // Exponential: attempt n waits at most min·2ⁿ, and never more than the cap.
+            let ceiling = min.saturating_mul(1u32 << attempt.min(20)).min(max);
+            for _ in 0..200 {
+                let d = backoff(&limits, attempt);
+                assert!(d >= min && d <= ceiling, "attempt {attempt}: {d:?}");
+            }
+        }
+        // Late attempts reach the cap's neighbourhood; jitter spreads them below it.
+        let late: Vec<Duration> = (0..200).map(|_| backoff(&limits, 30)).collect();
+        assert!(late.iter().any(|d| *d > max / 2), "{late:?}");
+        assert!(late.iter().all(|d| *d <= max), "{late:?}");
+        let distinct: std::collections::BTreeSet<_> = late.iter().collect();
+        assert!(
+            distinct.len() > 100,
+            "jitter: {} distinct of 200",
+            distinct.len()
+        );
+        // Growth: the mean wait rises attempt by attempt until the cap.
+        let mean = |attempt| {
+            (0..400)
+                .map(|_| backoff(&limits, attempt).as_millis())
+                .sum::<u128>()
+                / 400
+        };
+        assert!(
+            mean(1) < mean(4) && mean(4) < mean(8),
+            "{} {} {}",
+            mean(1),
+            mean(4),
+            mean(8)
+        );
+    }
+}

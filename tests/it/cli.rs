@@ -1,11 +1,16 @@
 //! `migrate` and `check` as an operator runs them.
 
+use std::time::Duration;
+
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
-use crate::helpers::kafka::TestTopic;
+use crate::helpers::kafka::{
+    order_json, produce_orders, produce_raw, producer, RawRecord, TestTopic,
+};
 use crate::helpers::services::services;
-use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, SinkConfig};
+use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, Sink, SinkConfig};
+use crate::helpers::{orders_as_produced, wait_drained, wait_until};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide() {
@@ -110,7 +115,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     let mut config = SinkConfig::new(&db.url, "no-such-topic-for-check", "missing_table");
     config.extra = String::new();
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("missing_table does not exist"),
         "{}",
@@ -129,7 +134,7 @@ async fn check_names_each_problem_in_a_bad_config() {
         .toml()
         .replace("offset = \"kafka_offset\"", "offset = \"status\"");
     let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout
             .contains("metadata.offset cannot go into column \"status\""),
@@ -140,7 +145,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     // A typo in a setting is named, not ignored.
     let toml = config.toml().replace("max_records", "max_recordz");
     let out = run_cli(&["check", "--config", ConfigFile::new(&toml).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
 
     // An unmigrated database is reported with the command that fixes it.
@@ -148,7 +153,7 @@ async fn check_names_each_problem_in_a_bad_config() {
     bare.create_orders_table("orders").await;
     let config = SinkConfig::new(&bare.url, &topic.name, "orders");
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("kafka-pg-sink migrate"),
         "{}",
@@ -451,4 +456,512 @@ async fn check_warns_about_integer_times_without_a_unit() {
     assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
     assert!(out.stdout.contains("integers in us"), "{}", out.stdout);
     assert!(out.stdout.contains("integers in days"), "{}", out.stdout);
+}
+
+/// README, Configuration: the file may come from `KAFKA_PG_SINK_CONFIG` instead of `--config`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_file_can_come_from_kafka_pg_sink_config() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli_env(&["check"], &[("KAFKA_PG_SINK_CONFIG", file.arg())]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!("group {:?}", config.group)),
+        "{}",
+        out.stdout
+    );
+}
+
+/// README, Configuration: `KAFKA_BOOTSTRAP_SERVERS` overrides the file, the prefixed variable
+/// overrides it, and `--bootstrap-servers` overrides both. Each losing layer names a port
+/// nothing listens on, so `check` could not pass if it won.
+#[tokio::test(flavor = "multi_thread")]
+async fn bootstrap_servers_come_from_the_file_then_the_environment_then_the_flag() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let real = services().kafka.clone();
+    let dead = "127.0.0.1:1";
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka = Some(dead.into());
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
+    let uses = |out: &crate::helpers::sink::CliOutput, servers: &str| {
+        assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains(&format!("kafka: {servers} (")),
+            "{}",
+            out.stdout
+        );
+    };
+
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[("KAFKA_BOOTSTRAP_SERVERS", &real)],
+    )
+    .await;
+    uses(&out, &real);
+
+    let out = run_cli_env(
+        &["check", "--config", &path],
+        &[
+            ("KAFKA_BOOTSTRAP_SERVERS", dead),
+            ("KAFKA_PG_SINK_KAFKA__BOOTSTRAP_SERVERS", &real),
+        ],
+    )
+    .await;
+    uses(&out, &real);
+
+    let out = run_cli_env(
+        &["check", "--config", &path, "--bootstrap-servers", &real],
+        &[
+            ("KAFKA_BOOTSTRAP_SERVERS", dead),
+            ("KAFKA_PG_SINK_KAFKA__BOOTSTRAP_SERVERS", dead),
+        ],
+    )
+    .await;
+    uses(&out, &real);
+}
+
+/// README, `[postgres]`: `connect_timeout` bounds a connection attempt. The server here accepts
+/// TCP connections and never answers, so only the timeout can end the attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_timeout_bounds_an_attempt_to_a_server_that_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            // Keep every connection open and silent.
+            held.push(stream);
+        }
+    });
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let file = ConfigFile::new(&config.toml());
+    let silent = format!("postgres://nobody:secret@127.0.0.1:{port}/none");
+    let started = std::time::Instant::now();
+    let out = run_cli(&[
+        "check",
+        "--config",
+        file.arg(),
+        "--database-url",
+        &silent,
+        "--set",
+        "postgres.connect_timeout=1s",
+    ])
+    .await;
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "check took {took:?} with a 1 s connect_timeout"
+    );
+    assert!(
+        out.stdout.contains("cannot connect to PostgreSQL") && out.stdout.contains("timed out"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// README, `[log]`: `RUST_LOG` filters the output; without it, `info` and up is shown.
+#[tokio::test(flavor = "multi_thread")]
+async fn rust_log_filters_what_is_logged() {
+    let db = TestDb::empty().await;
+    let out = run_cli_env(
+        &["migrate", "--database-url", &db.url],
+        &[("RUST_LOG", "warn")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains(" INFO ") && !out.stderr.contains("migrations applied"),
+        "RUST_LOG=warn still shows INFO:\n{}",
+        out.stderr
+    );
+
+    let out = run_cli(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(" INFO ") && out.stderr.contains("already up to date"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains(" DEBUG ") && !out.stderr.contains(" TRACE "),
+        "the default is info:\n{}",
+        out.stderr
+    );
+
+    let out = run_cli_env(
+        &["migrate", "--database-url", &db.url],
+        &[("RUST_LOG", "trace")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(" TRACE ") || out.stderr.contains(" DEBUG "),
+        "RUST_LOG=trace shows nothing below INFO:\n{}",
+        out.stderr
+    );
+}
+
+/// README, Commands: `migrate` upgrades a database an older release migrated. Here the
+/// database holds only V1 (the later migrations' objects dropped and their history removed),
+/// with a stored position that must survive.
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_upgrades_a_database_migrated_to_v1_only() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "DROP VIEW kafka_lag;
+             DROP TABLE kafka_watermarks, kafka_dead_letters, kafka_offset_events;
+             ALTER TABLE kafka_offsets DROP COLUMN reset_from_epoch;
+             DELETE FROM refinery_schema_history WHERE version > 1;
+             INSERT INTO kafka_offsets (consumer_group, topic, partition, next_offset, owner_epoch, owner_id)
+                  VALUES ('old-group', 'old-topic', 3, 1234, 7, 'old-owner');",
+        )
+        .await
+        .unwrap();
+
+    let out = run_cli(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("migrations applied"), "{}", out.stderr);
+    let versions: Vec<i32> =
+        sqlx::query_scalar("SELECT version FROM refinery_schema_history ORDER BY version")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count() as i32;
+    assert_eq!(versions, (1..=files).collect::<Vec<_>>());
+    for object in [
+        "kafka_lag",
+        "kafka_watermarks",
+        "kafka_dead_letters",
+        "kafka_offset_events",
+    ] {
+        let found: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+            .bind(object)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(found.as_deref(), Some(object));
+    }
+    let kept: (
+        String,
+        String,
+        i32,
+        Option<i64>,
+        i64,
+        Option<String>,
+        Option<i64>,
+    ) = sqlx::query_as(
+        "SELECT consumer_group, topic, partition, next_offset, owner_epoch, owner_id,
+                    reset_from_epoch FROM kafka_offsets",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        (
+            "old-group".into(),
+            "old-topic".into(),
+            3,
+            Some(1234),
+            7,
+            Some("old-owner".into()),
+            None
+        )
+    );
+    // And the upgraded database is one `check` accepts.
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+}
+
+/// README, Configuration: `examples/orders.toml` works with `examples/orders.sql`. Only what
+/// names this machine's services, and the topic and group (unique per test), are replaced;
+/// every other line is the example's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_config_migrates_checks_and_drains_into_the_example_table() {
+    let db = TestDb::empty().await;
+    let sql = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.sql"))
+        .unwrap();
+    db.pool.execute(sql.as_str()).await.unwrap();
+    let topic = TestTopic::create(2).await;
+    let group = format!("g-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let mut toml =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.toml"))
+            .unwrap();
+    for (line, replacement) in [
+        (
+            "bootstrap_servers = \"127.0.0.1:9092\"".to_string(),
+            format!("bootstrap_servers = \"{}\"", services().kafka),
+        ),
+        (
+            "group_id = \"orders-sink\"".into(),
+            format!("group_id = \"{group}\""),
+        ),
+        (
+            "url = \"postgres://postgres:postgres@127.0.0.1:5432/postgres\"".into(),
+            format!("url = \"{}\"", db.url),
+        ),
+        (
+            "name = \"orders\"".into(),
+            format!("name = \"{}\"", topic.name),
+        ),
+        // Other sinks may run on this machine.
+        (
+            "listen = \"127.0.0.1:9464\"".into(),
+            "listen = \"127.0.0.1:0\"".into(),
+        ),
+    ] {
+        assert_eq!(toml.matches(&line).count(), 1, "{line} in the example");
+        toml = toml.replace(&line, &replacement);
+    }
+    let file = ConfigFile::new(&toml);
+
+    let out = run_cli(&["migrate", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
+
+    let mut sink = Sink::start_file(file.path(), "example");
+    let timestamp = |id: i64| 1_650_000_000_000 + id * 7;
+    let records: Vec<RawRecord> = (0..100)
+        .map(|id| RawRecord {
+            key: Some(id.to_string().into_bytes()),
+            timestamp_ms: Some(timestamp(id)),
+            ..RawRecord::json((id % 2) as i32, &order_json(id))
+        })
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    wait_drained(&db, &group, &topic, Duration::from_secs(60)).await;
+    assert_eq!(sink.stop().code(), Some(0), "{}", sink.logs_tail(20));
+
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        i64,
+        serde_json::Value,
+        i32,
+        i64,
+        i64,
+        bool,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, customer, amount::text, currency, status,
+                (extract(epoch FROM created_at) * 1000)::int8, attrs, kafka_partition,
+                kafka_offset, (extract(epoch FROM kafka_timestamp) * 1000)::int8,
+                inserted_at IS NOT NULL
+           FROM orders ORDER BY id::int",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 100);
+    for (id, row) in (0i64..).zip(rows) {
+        let order: serde_json::Value = serde_json::from_str(&order_json(id)).unwrap();
+        let expected: Row = (
+            id.to_string(),
+            order["customer"].as_str().unwrap().into(),
+            order["amount"].as_str().unwrap().into(),
+            "EUR".into(),
+            order["status"].as_str().map(String::from),
+            1_700_000_000_000 + id * 1000,
+            order["attrs"].clone(),
+            (id % 2) as i32,
+            id / 2,
+            timestamp(id),
+            true,
+        );
+        assert_eq!(row, expected, "order {id}");
+    }
+}
+
+/// README, `[log]`: `--log-format json` makes every line one JSON object, a configuration
+/// error included; the progress line carries records/s, rows/s, rows committed and commit
+/// latency.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line_and_carry_the_progress_line() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(2).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let mut sink = Sink::start_with(
+        &config,
+        "json",
+        &["--log-format", "json", "--set", "log.progress_interval=1s"],
+    );
+    produce_orders(&producer(), &topic, 0, 300).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let progress = |logs: &str| -> Vec<serde_json::Value> {
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == "progress")
+            .collect()
+    };
+    wait_until(
+        "a progress line counting the 300 rows",
+        Duration::from_secs(10),
+        || {
+            let logs = sink.logs();
+            async move { progress(&logs).iter().any(|p| p["rows_committed"] == 300) }
+        },
+    )
+    .await;
+    assert_eq!(sink.stop().code(), Some(0), "{}", sink.logs_tail(20));
+    let copies = orders_as_produced(&db, "orders", 2).await;
+    assert_eq!(copies.len(), 300);
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
+
+    let logs = sink.logs();
+    assert_every_line_is_a_json_object(&logs);
+    let lines = progress(&logs);
+    for line in &lines {
+        for field in [
+            "records_per_sec",
+            "rows_per_sec",
+            "rows_committed",
+            "avg_commit_ms",
+            "max_commit_ms",
+        ] {
+            assert!(line[field].is_number(), "{field} in {line}");
+        }
+    }
+    // The drain may straddle two lines, so each field is looked for on its own.
+    for field in ["records_per_sec", "rows_per_sec", "max_commit_ms"] {
+        assert!(
+            lines.iter().any(|l| l[field].as_f64() > Some(0.0)),
+            "no progress line saw the drain in {field}: {lines:?}"
+        );
+    }
+
+    // A configuration error is logged in the format asked for, too.
+    let bad = config.toml().replace("max_records", "max_recordz");
+    let out = run_cli(&[
+        "check",
+        "--config",
+        ConfigFile::new(&bad).arg(),
+        "--log-format",
+        "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("max_recordz"), "{}", out.stderr);
+    assert_every_line_is_a_json_object(&out.stderr);
+}
+
+/// Every non-empty line parses as a JSON object: no text line mixed in.
+fn assert_every_line_is_a_json_object(logs: &str) {
+    let mut lines = 0;
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+        assert!(
+            matches!(parsed, Ok(serde_json::Value::Object(_))),
+            "not a JSON object: {line}"
+        );
+        lines += 1;
+    }
+    assert!(lines > 0, "no log lines at all");
+}
+
+/// README, Metrics: `http.enabled = false` serves nothing, while records still drain; the
+/// same address is served when the endpoint is on.
+#[tokio::test(flavor = "multi_thread")]
+async fn http_enabled_false_serves_nothing() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("http.listen=127.0.0.1:{port}");
+    let address = format!("127.0.0.1:{port}");
+
+    let mut off = Sink::start_with(
+        &config,
+        "no-http",
+        &["--set", "http.enabled=false", "--set", &listen],
+    );
+    produce_orders(&producer(), &topic, 0, 100).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(
+        std::net::TcpStream::connect(&address).is_err(),
+        "something answers on {address} with http.enabled = false"
+    );
+    assert_eq!(off.stop().code(), Some(0), "{}", off.logs_tail(20));
+    assert!(!off.logs().contains("serving /metrics"), "{}", off.logs());
+
+    let mut on = Sink::start_with(&config, "http", &["--set", &listen]);
+    assert_eq!(on.http_address(), address);
+    assert!(std::net::TcpStream::connect(&address).is_ok());
+    assert_eq!(on.stop().code(), Some(0), "{}", on.logs_tail(20));
+}
+
+/// README, Security: `check` lists `kafka.properties`, showing every value whose name looks
+/// like a secret as `***`. `some.token` is no librdkafka property, so the client is refused
+/// (exit 1), but only after the listing.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_hides_every_secret_looking_property() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let secrets = [
+        "ssl.key.password",
+        "sasl.oauthbearer.client.secret",
+        "some.token",
+        "sasl.jaas.config",
+        "ssl.keystore.private",
+        "ssl.key.pem",
+    ];
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka_properties = secrets
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("\"{k}\" = \"hidden-{i}\""))
+        .chain(["\"client.rack\" = \"rack-visible\"".to_string()])
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    for key in secrets {
+        assert!(
+            out.stdout.contains(&format!("kafka property {key} = ***")),
+            "{key}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("kafka property client.rack = rack-visible"),
+        "{}",
+        out.stdout
+    );
+    for i in 0..secrets.len() {
+        let value = format!("hidden-{i}");
+        assert!(
+            !out.stdout.contains(&value) && !out.stderr.contains(&value),
+            "{value} printed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+    }
 }

@@ -671,3 +671,125 @@ async fn a_reset_ends_a_stopped_sink_holding_its_row_and_gives_up_on_other_holde
     assert!(sink.logs().contains("position reset by an operator"));
     assert!(sink.stop().success());
 }
+
+/// README, "Lag from the command line" and "Moving positions safely": with no sink running,
+/// `lag` prints one line per partition with totals per topic and overall, and `offsets show`
+/// prints each stored position (all topics, or the one `--topic` names).
+#[tokio::test(flavor = "multi_thread")]
+async fn lag_and_offsets_show_print_every_partition_with_totals_per_topic() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    db.create_orders_table("orders_b").await;
+    let a = TestTopic::create(2).await;
+    let b = TestTopic::create(3).await;
+    let producer = producer();
+    let mut config = SinkConfig::new(&db.url, &a.name, "orders");
+    config.extra = format!(
+        "[[topics]]\nname = \"{}\"\ntable = \"orders_b\"\n[topics.metadata]\npartition = \"kafka_partition\"\noffset = \"kafka_offset\"\n",
+        b.name
+    );
+    let mut sink = Sink::start(&config, "sink");
+    produce_orders(&producer, &a, 0, 100).await;
+    produce_orders(&producer, &b, 0, 90).await;
+    wait_drained(&db, &config.group, &a, Duration::from_secs(60)).await;
+    wait_drained(&db, &config.group, &b, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    // Behind by 15 per partition of `a` and 20 per partition of `b`.
+    produce_orders(&producer, &a, 100, 130).await;
+    produce_orders(&producer, &b, 90, 150).await;
+    let file = ConfigFile::new(&config.toml());
+    let path = file.arg().to_string();
+
+    let out = run_cli(&["lag", "--config", &path]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    // topic, partition, next offset, low, high, lag
+    let mut lines: Vec<(String, i32, i64, i64, i64, i64)> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 || (f[0] != a.name && f[0] != b.name) {
+                return None;
+            }
+            Some((
+                f[0].to_string(),
+                f[1].parse().ok()?,
+                f[2].parse().ok()?,
+                f[3].parse().ok()?,
+                f[4].parse().ok()?,
+                f[5].parse().ok()?,
+            ))
+        })
+        .collect();
+    lines.sort();
+    let mut expected: Vec<(String, i32, i64, i64, i64, i64)> = (0..2)
+        .map(|p| (a.name.clone(), p, 50, 0, 65, 15))
+        .chain((0..3).map(|p| (b.name.clone(), p, 30, 0, 50, 20)))
+        .collect();
+    expected.sort();
+    assert_eq!(lines, expected, "{}", out.stdout);
+    for total in [
+        format!("total {}: 30", a.name),
+        format!("total {}: 60", b.name),
+        "total lag: 90".to_string(),
+    ] {
+        assert_eq!(
+            out.stdout.lines().filter(|l| *l == total).count(),
+            1,
+            "{total:?} in\n{}",
+            out.stdout
+        );
+    }
+
+    /// topic, partition, next offset, epoch, owner
+    type Position = (String, i32, Option<i64>, i64, Option<String>);
+    let stored: Vec<Position> = sqlx::query_as(
+        "SELECT topic, partition, next_offset, owner_epoch, owner_id FROM kafka_offsets
+          WHERE consumer_group = $1 ORDER BY topic, partition",
+    )
+    .bind(&config.group)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), 5);
+    let shown = |stdout: &str| -> Vec<Position> {
+        stdout
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 5 || (f[0] != a.name && f[0] != b.name) {
+                    return None;
+                }
+                let owner = *f.last()?;
+                Some((
+                    f[0].to_string(),
+                    f[1].parse().ok()?,
+                    f[2].parse().ok(),
+                    f[3].parse().ok()?,
+                    (owner != "-").then(|| owner.to_string()),
+                ))
+            })
+            .collect()
+    };
+    let out = run_cli(&["offsets", "show", "--config", &path]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("consumer group {:?}", config.group)),
+        "{}",
+        out.stdout
+    );
+    let mut all = shown(&out.stdout);
+    all.sort();
+    assert_eq!(all, stored, "{}", out.stdout);
+    assert!(
+        stored
+            .iter()
+            .all(|s| s.2 == Some(if s.0 == a.name { 50 } else { 30 }) && s.3 >= 1 && s.4.is_some()),
+        "{stored:?}"
+    );
+    let out = run_cli(&["offsets", "show", "--config", &path, "--topic", &b.name]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let only_b: Vec<_> = stored.iter().filter(|s| s.0 == b.name).cloned().collect();
+    assert_eq!(shown(&out.stdout), only_b, "{}", out.stdout);
+}
