@@ -9,6 +9,7 @@ mod faults;
 mod formats;
 mod helpers;
 mod mapping;
+mod metrics;
 mod operations;
 mod out_of_range;
 mod positions;

@@ -36,6 +36,7 @@ async fn lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_
     let producer = producer();
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
     let mut sink = Sink::start_with(&config, "sink", &FAST_WATERMARKS);
+    let address = sink.http_address();
     produce_orders(&producer, &topic, 0, 1_000).await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     wait_until(
@@ -58,6 +59,27 @@ async fn lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_
         || async { sql_lag(&db, &config.group).await == (400, 1_400) },
     )
     .await;
+    // The gauges say the same: both ends of the lag, and the lag, summed over partitions.
+    wait_until(
+        "the lag gauges to show the 400 waiting records",
+        Duration::from_secs(30),
+        || async {
+            let m = parse_metrics(&get(&address, "/metrics").1);
+            let sum = |gauge: &str| {
+                (0..2)
+                    .map(|p| {
+                        let series = format!(
+                            "kafka_pg_sink_{gauge}{{topic=\"{}\",partition=\"{p}\"}}",
+                            topic.name
+                        );
+                        m.get(&series).copied().unwrap_or(f64::NAN)
+                    })
+                    .sum::<f64>()
+            };
+            (sum("lag"), sum("high_watermark"), sum("next_offset")) == (400.0, 1_400.0, 1_000.0)
+        },
+    )
+    .await;
     blocker.rollback().await.unwrap();
     wait_until(
         "kafka_lag back to zero",
@@ -77,6 +99,21 @@ async fn lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_
 
     // No sink running: the CLI asks Kafka itself.
     produce_orders(&producer, &topic, 1_400, 1_700).await;
+    // The view keeps the last observation (high 1,400, not Kafka's 1,700 now) and ages it.
+    let age = || async {
+        sqlx::query_scalar::<_, f64>(
+            "SELECT min(watermark_age_seconds) FROM kafka_lag WHERE consumer_group = $1",
+        )
+        .bind(&config.group)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let before = age().await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(sql_lag(&db, &config.group).await, (0, 1_400));
+    let after = age().await;
+    assert!(after >= before + 1.0, "{before} -> {after}");
     let file = ConfigFile::new(&config.toml());
     let path = file.arg().to_string();
     let out = run_cli(&["lag", "--config", &path]).await;
@@ -104,6 +141,113 @@ async fn lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_
     .await
     .unwrap();
     assert!(age >= 0.0);
+}
+
+/// A partition with no commit yet lags from its low watermark, not from offset 0: here the
+/// records before 30 are deleted and the sink, held back by a lock, has committed nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_never_committed_lags_from_its_low_watermark() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    produce_orders(&producer(), &topic, 0, 100).await;
+    crate::out_of_range::delete_before(&topic, 30).await;
+    let mut blocker = db.pool.begin().await.unwrap();
+    blocker
+        .execute("LOCK TABLE orders IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let mut sink = Sink::start_with(&config, "sink", &FAST_WATERMARKS);
+    type LagRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+    let row = || async {
+        sqlx::query_as::<_, LagRow>(
+            "SELECT next_offset, low_watermark, high_watermark, lag FROM kafka_lag
+              WHERE consumer_group = $1",
+        )
+        .bind(&config.group)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+    };
+    wait_until(
+        "kafka_lag to count from the low watermark",
+        Duration::from_secs(30),
+        || async { row().await == Some((None, Some(30), Some(100), Some(70))) },
+    )
+    .await;
+    blocker.rollback().await.unwrap();
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let copies = orders_as_produced(&db, "orders", 1).await;
+    assert_eq!(copies, (30..100).map(|o| ((0, o), 1)).collect());
+    assert!(sink.stop().success());
+}
+
+/// PostgreSQL alone decides where a partition resumes. Without `mirror_commits` the group has
+/// no committed offset in Kafka at all; with it, Kafka's commits are never read back: a
+/// position moved back in PostgreSQL below the mirrored commit is where a restart reads from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sink_commits_to_kafka_only_when_mirroring_and_never_resumes_from_kafka() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let producer = producer();
+    produce_orders(&producer, &topic, 0, 100).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let query: BaseConsumer = client_config()
+        .set("group.id", &config.group)
+        .create()
+        .unwrap();
+    let committed = || {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&topic.name, 0);
+        query
+            .committed_offsets(tpl, Duration::from_secs(5))
+            .unwrap()
+            .elements()[0]
+            .offset()
+    };
+    let mut sink = Sink::start(&config, "not mirroring");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    assert_eq!(
+        committed(),
+        Offset::Invalid,
+        "nothing was committed to Kafka"
+    );
+
+    produce_orders(&producer, &topic, 100, 200).await;
+    let mirroring = ["--set", "kafka.mirror_commits=true"];
+    let mut sink = Sink::start_with(&config, "mirroring", &mirroring);
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    wait_until(
+        "the mirrored commit to reach the end",
+        Duration::from_secs(30),
+        || {
+            let at_end = committed() == Offset::Offset(200);
+            async move { at_end }
+        },
+    )
+    .await;
+    assert!(sink.stop().success());
+
+    let file = ConfigFile::new(&config.toml());
+    let out = reset_cli(&file, &topic.name, &["--to-offset", "150"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(committed(), Offset::Offset(200), "Kafka's commit is ahead");
+    let mut sink = Sink::start_with(&config, "restarted", &mirroring);
+    wait_until("the reread", Duration::from_secs(60), || async {
+        db.count("orders").await == 250
+    })
+    .await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let copies = orders_as_produced(&db, "orders", 1).await;
+    for offset in 0..200 {
+        let expected = if offset >= 150 { 2 } else { 1 };
+        assert_eq!(copies.get(&(0, offset)), Some(&expected), "offset {offset}");
+    }
+    assert_eq!(copies.len(), 200);
+    assert!(sink.stop().success());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -244,6 +388,13 @@ async fn offsets_reset_to_every_target_and_under_a_running_sink() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let out = reset(&["--to-offset", "50"]).await;
     assert!(out.status.success(), "{}", out.stderr);
+    // Idle, it has no commit to be fenced at: it notices the reset within 5 s by itself.
+    wait_until(
+        "the idle sink to notice the reset",
+        Duration::from_secs(8),
+        || async { db.count("orders").await > 100 },
+    )
+    .await;
     wait_until("the reread", Duration::from_secs(60), || async {
         db.count("orders").await == 150
     })
@@ -413,6 +564,7 @@ async fn a_reset_during_a_drain_records_the_position_it_replaced() {
     config.max_records = 50; // many small commits: the position moves all the time
     let file = ConfigFile::new(&config.toml());
     let mut sink = Sink::start(&config, "sink");
+    let address = sink.http_address();
     let stored = || async {
         let stored = db.stored_offsets(&config.group, &topic.name).await;
         stored.first().and_then(|(_, next)| *next)
@@ -429,7 +581,29 @@ async fn a_reset_during_a_drain_records_the_position_it_replaced() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    // Busy, the sink met the resets at its next commits: fenced there, counted as fenced.
+    let m = parse_metrics(&get(&address, "/metrics").1);
+    assert!(
+        m["kafka_pg_sink_fenced_commits_total"] >= 1.0
+            && m["kafka_pg_sink_batch_failures_total{reason=\"fenced\"}"] >= 1.0,
+        "no commit was fenced by the resets: {m:?}"
+    );
     assert!(sink.stop().success());
+
+    // After each reset, no advance was made under the epoch it replaced (or an older one).
+    let stale: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT r.seq, a.seq FROM offset_audit r JOIN offset_audit a
+             ON a.seq > r.seq AND a.new_next IS DISTINCT FROM a.old_next
+            AND a.new_epoch <= r.old_epoch
+          WHERE r.owner LIKE 'reset:%'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        stale.is_empty(),
+        "(reset, advance) under a replaced epoch: {stale:?}"
+    );
 
     let events: Vec<(Option<i64>, i64)> = sqlx::query_as(
         "SELECT from_offset, to_offset FROM kafka_offset_events WHERE kind = 'manual_reset' ORDER BY id",

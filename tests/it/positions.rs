@@ -109,7 +109,11 @@ async fn positions_reach_the_end_of_topics_written_by_transactional_producers() 
     }
 
     let config = SinkConfig::new(&db.url, &topic.name, "orders");
-    let mut sink = Sink::start(&config, "sink");
+    let mut sink = Sink::start_with(
+        &config,
+        "sink",
+        &["--set", "kafka.watermark_interval=300ms"],
+    );
     // The end offsets include the markers: only an advance past them reaches these.
     wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
     assert_orders_are(&db, "orders", &committed).await;
@@ -124,7 +128,25 @@ async fn positions_reach_the_end_of_topics_written_by_transactional_producers() 
     assert_orders_are(&db, "orders", &committed).await;
     assert_offset_history_is_a_chain(&db).await;
 
-    // No lag is left: the CLI's alert stays quiet at --max-lag 0.
+    // No lag is left: kafka_lag sees the end offsets and nothing after the positions ...
+    let end: i64 = topic.end_offsets().iter().map(|(_, o)| o).sum();
+    wait_until(
+        "kafka_lag to show no lag at the end offsets",
+        Duration::from_secs(30),
+        || async {
+            let (lag, high): (i64, i64) = sqlx::query_as(
+                "SELECT coalesce(sum(lag), -1)::int8, coalesce(sum(high_watermark), 0)::int8
+                   FROM kafka_lag WHERE consumer_group = $1",
+            )
+            .bind(&config.group)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            (lag, high) == (0, end)
+        },
+    )
+    .await;
+    // ... and the CLI's alert stays quiet at --max-lag 0.
     let file = ConfigFile::new(&config.toml());
     let lag = run_cli(&["lag", "--config", file.arg(), "--max-lag", "0"]).await;
     assert!(
@@ -196,5 +218,42 @@ async fn a_rewind_before_the_first_commit_under_latest_rereads_instead_of_skippi
         "no rewind happened: the test proved nothing\n{}",
         sink.logs_tail(30)
     );
+    assert!(sink.stop().success());
+}
+
+/// `latest` is pinned when the partition is claimed: the end offset then is stored as its
+/// position and recorded as an `auto_offset_reset` event, so a sink killed before its first
+/// commit restarts there and reads what arrived meanwhile, instead of skipping to a newer end.
+#[tokio::test(flavor = "multi_thread")]
+async fn latest_is_pinned_at_the_claim_so_a_kill_before_the_first_commit_skips_nothing() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    produce_orders(&producer(), &topic, 0, 100).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.reset = "latest";
+    let mut sink = Sink::start(&config, "first");
+    wait_until("the pinned position", Duration::from_secs(60), || async {
+        db.stored_offsets(&config.group, &topic.name).await == vec![(0, Some(100))]
+    })
+    .await;
+    sink.kill9();
+    assert_eq!(
+        db.count("orders").await,
+        0,
+        "killed before the first commit"
+    );
+    let events: Vec<(String, Option<i64>, i64)> =
+        sqlx::query_as("SELECT kind, from_offset, to_offset FROM kafka_offset_events ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(events, vec![("auto_offset_reset".to_string(), None, 100)]);
+
+    produce_orders(&producer(), &topic, 100, 150).await;
+    let mut sink = Sink::start(&config, "restarted");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let expected: Vec<i64> = (100..150).collect();
+    assert_orders_are(&db, "orders", &expected).await;
     assert!(sink.stop().success());
 }
