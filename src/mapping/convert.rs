@@ -378,8 +378,16 @@ pub fn check_text(s: &str) -> Result<(), String> {
 
 /// json and jsonb reject `\u0000` escapes; the rest of the text is valid JSON already.
 pub fn check_json_text(text: &str) -> Result<(), String> {
-    if text.contains("\\u0000") {
-        return Err("JSON for json/jsonb cannot contain \\u0000".into());
+    // Walk escapes pairwise: in `\\u0000` the backslash is escaped and "u0000" is plain text,
+    // which PostgreSQL stores; only a real `\u0000` escape is a NUL.
+    let mut bytes = text.as_bytes().iter();
+    while let Some(b) = bytes.next() {
+        if *b == b'\\' {
+            if bytes.as_slice().starts_with(b"u0000") {
+                return Err("JSON for json/jsonb cannot contain \\u0000".into());
+            }
+            bytes.next();
+        }
     }
     Ok(())
 }
@@ -809,6 +817,11 @@ mod tests {
         for ty in [ColumnType::Json, ColumnType::Jsonb] {
             let err = encoded(ty, r#"{"j":"a\u0000b"}"#, None).unwrap_err();
             assert!(err.contains("\\u0000"), "{err}");
+            // An escaped backslash then "u0000" is six characters of text, not a NUL.
+            let text = r#"{"j":"a\\u0000b"}"#;
+            assert!(encoded(ty, text, None).is_ok(), "{text}");
+            let nul_after_backslash = r#"{"j":"a\\\u0000b"}"#;
+            assert!(encoded(ty, nul_after_backslash, None).is_err());
         }
     }
 

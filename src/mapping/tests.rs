@@ -349,6 +349,26 @@ fn key_from_key_reads_plain_and_object_keys() {
         fields(&rows)[..2],
         [Some(124i64.to_be_bytes().to_vec()), Some(b"y".to_vec())]
     );
+    // A plain string key (not JSON) goes whole into a single text key column.
+    let m = TopicMapper::new(
+        &topic("mode = \"upsert\"\nkey_from = \"key\""),
+        table(
+            vec![
+                col("code", ColumnType::Text, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["code"],
+        ),
+    )
+    .unwrap();
+    let mut r = record(r#"{"code":"ignored","v":"z"}"#);
+    r.key = Some(b"o-1");
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(
+        fields(&rows)[..2],
+        [Some(b"o-1".to_vec()), Some(b"z".to_vec())]
+    );
 }
 
 #[test]
@@ -807,9 +827,15 @@ fn constants_are_any_toml_value_and_tables_and_arrays_become_json() {
             col("list", ColumnType::Json, true, false),
             col("flag", ColumnType::Bool, true, false),
             col("region", ColumnType::Text, true, false),
+            col("ratio", ColumnType::Float8, true, false),
+            col("day", ColumnType::Date, true, false),
+            col("when", ColumnType::Jsonb, true, false),
         ],
         r#"map_by_name = false
            [columns]
+           ratio = { const = 1.5 }
+           day = { const = 2024-01-31 }
+           when = { const = { at = 1979-05-27T07:32:00Z } }
            n = { const = 5 }
            doc = { const = { a = [1] } }
            list = { const = [1, "two"] }
@@ -823,6 +849,11 @@ fn constants_are_any_toml_value_and_tables_and_arrays_become_json() {
     assert_eq!(f[2], Some(br#"[1,"two"]"#.to_vec()));
     assert_eq!(f[3], Some(vec![1]));
     assert_eq!(f[4], Some(b"eu".to_vec()));
+    assert_eq!(f[5], Some(1.5f64.to_be_bytes().to_vec()));
+    // A TOML date; 2024-01-31 is 8796 days after 2000-01-01.
+    assert_eq!(f[6], Some(8796i32.to_be_bytes().to_vec()));
+    // Inside a table too: the date's text, never the TOML parser's private wrapper.
+    assert_eq!(f[7], jsonb(r#"{"at":"1979-05-27T07:32:00Z"}"#));
 }
 
 /// A Debezium mapper over `(id int8 primary key, v text)`.
@@ -930,6 +961,14 @@ fn nesting_of_64_levels_is_accepted_and_65_refused() {
         encode(&m, &nested(65)).unwrap_err(),
         MapError::TooDeep(MAX_JSON_DEPTH)
     );
+    // Refused before it is parsed: malformed JSON that deep is too deep, not invalid.
+    let malformed = format!("{{\"j\":{}x", "[".repeat(64));
+    let err = encode(&m, &malformed).unwrap_err();
+    assert_eq!(err, MapError::TooDeep(MAX_JSON_DEPTH));
+    assert_eq!(
+        crate::dead_letter::ErrorKind::of(&err),
+        crate::dead_letter::ErrorKind::Decode
+    );
 }
 
 #[test]
@@ -966,6 +1005,9 @@ fn raw_text_must_be_utf8_and_raw_bytea_takes_any_bytes() {
         "{e}"
     );
     assert!(e.to_string().contains("UTF-8"), "{e}");
+    // json (like jsonb) must be valid JSON.
+    let err = encode_bytes(&raw(ColumnType::Json), b"{not json").unwrap_err();
+    assert!(format!("{err:?}").contains("not JSON"), "{err:?}");
 }
 
 #[test]
@@ -1003,6 +1045,7 @@ fn metadata_columns_take_every_documented_type() {
             col("kjb", ColumnType::Jsonb, false, false),
             col("pn", ColumnType::Numeric, false, false),
             col("p2", ColumnType::Int2, false, false),
+            col("p8", ColumnType::Int8, false, false),
             col("on", ColumnType::Numeric, false, false),
             col("tb", ColumnType::Int8, false, false),
             col("tt", ColumnType::Timestamp, false, false),
@@ -1016,6 +1059,7 @@ fn metadata_columns_take_every_documented_type() {
            kjb = "meta:key"
            pn = "meta:partition"
            p2 = "meta:partition"
+           p8 = "meta:partition"
            on = "meta:offset"
            tb = "meta:timestamp"
            tt = "meta:timestamp"
@@ -1041,6 +1085,7 @@ fn metadata_columns_take_every_documented_type() {
             jsonb(r#"{"id": 7}"#),
             numeric("3"),
             Some(3i16.to_be_bytes().to_vec()),
+            Some(3i64.to_be_bytes().to_vec()),
             numeric("42"),
             Some(1_700_000_000_000i64.to_be_bytes().to_vec()),
             pg_micros(1_700_000_000_000_000),
