@@ -378,8 +378,16 @@ pub fn check_text(s: &str) -> Result<(), String> {
 
 /// json and jsonb reject `\u0000` escapes; the rest of the text is valid JSON already.
 pub fn check_json_text(text: &str) -> Result<(), String> {
-    if text.contains("\\u0000") {
-        return Err("JSON for json/jsonb cannot contain \\u0000".into());
+    // Walk escapes pairwise: in `\\u0000` the backslash is escaped and "u0000" is plain text,
+    // which PostgreSQL stores; only a real `\u0000` escape is a NUL.
+    let mut bytes = text.as_bytes().iter();
+    while let Some(b) = bytes.next() {
+        if *b == b'\\' {
+            if bytes.as_slice().starts_with(b"u0000") {
+                return Err("JSON for json/jsonb cannot contain \\u0000".into());
+            }
+            bytes.next();
+        }
     }
     Ok(())
 }
@@ -719,5 +727,116 @@ mod tests {
                 .timestamp_millis(),
             1_700_000_000_000
         );
+    }
+
+    #[test]
+    fn text_takes_strings_and_the_json_text_of_anything_else() {
+        let t = ColumnType::Text;
+        assert_eq!(encoded(t, r#""a\"b""#, None), Ok(br#"a"b"#.to_vec()));
+        assert_eq!(encoded(t, "12.50", None), Ok(b"12.50".to_vec()));
+        assert_eq!(encoded(t, "true", None), Ok(b"true".to_vec()));
+        assert_eq!(
+            encoded(t, r#"{"a":[1]}"#, None),
+            Ok(br#"{"a":[1]}"#.to_vec())
+        );
+        assert_eq!(encoded(t, "[1, 2]", None), Ok(b"[1, 2]".to_vec()));
+        let err = encoded(t, r#""a\u0000b""#, None).unwrap_err();
+        assert!(err.contains("NUL"), "{err}");
+    }
+
+    #[test]
+    fn integers_refuse_fractions_and_what_does_not_fit() {
+        assert_eq!(
+            encoded(ColumnType::Int4, r#"" 42""#, None),
+            Ok(42i32.to_be_bytes().to_vec())
+        );
+        for fraction in ["1.5", r#""1.5""#] {
+            let err = encoded(ColumnType::Int4, fraction, None).unwrap_err();
+            assert!(err.contains("expected an integer"), "{fraction}: {err}");
+        }
+        let err = encoded(ColumnType::Int2, "32768", None).unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
+        assert!(encoded(ColumnType::Int8, "true", None).is_err());
+    }
+
+    #[test]
+    fn booleans_are_true_or_false_as_json_or_strings_and_nothing_else() {
+        let b = ColumnType::Bool;
+        assert_eq!(encoded(b, "true", None), Ok(vec![1]));
+        assert_eq!(encoded(b, "false", None), Ok(vec![0]));
+        assert_eq!(encoded(b, r#""true""#, None), Ok(vec![1]));
+        assert_eq!(encoded(b, r#""false""#, None), Ok(vec![0]));
+        for other in ["1", "0", r#""yes""#, r#""TRUE""#, r#""""#, "[]"] {
+            let err = encoded(b, other, None).unwrap_err();
+            assert!(err.contains("expected true or false"), "{other}: {err}");
+        }
+    }
+
+    #[test]
+    fn dates_refuse_strings_that_are_not_dates() {
+        // 2024-01-31 is 8796 days after 2000-01-01.
+        assert_eq!(
+            encoded(ColumnType::Date, r#""2024-01-31""#, None),
+            Ok(8796i32.to_be_bytes().to_vec())
+        );
+        for bad in [
+            r#""2024-13-01""#,
+            r#""2024-02-30""#,
+            r#""yesterday""#,
+            r#""""#,
+        ] {
+            assert!(encoded(ColumnType::Date, bad, None).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn uuids_must_be_uuid_strings() {
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        assert_eq!(
+            encoded(ColumnType::Uuid, &format!("{id:?}"), None),
+            Ok(uuid::Uuid::parse_str(id).unwrap().as_bytes().to_vec())
+        );
+        let err = encoded(ColumnType::Uuid, r#""not-a-uuid""#, None).unwrap_err();
+        assert!(err.contains("is not a UUID"), "{err}");
+        for other in ["123", "true", r#"{"id":1}"#] {
+            let err = encoded(ColumnType::Uuid, other, None).unwrap_err();
+            assert!(err.contains("a UUID string"), "{other}: {err}");
+        }
+    }
+
+    #[test]
+    fn json_is_stored_as_sent_but_never_with_nul() {
+        let sent = r#"{"b": 1,  "a": [true]}"#;
+        assert_eq!(
+            encoded(ColumnType::Json, sent, None),
+            Ok(sent.as_bytes().to_vec())
+        );
+        let mut jsonb = vec![1u8];
+        jsonb.extend_from_slice(sent.as_bytes());
+        assert_eq!(encoded(ColumnType::Jsonb, sent, None), Ok(jsonb));
+        for ty in [ColumnType::Json, ColumnType::Jsonb] {
+            let err = encoded(ty, r#"{"j":"a\u0000b"}"#, None).unwrap_err();
+            assert!(err.contains("\\u0000"), "{err}");
+            // An escaped backslash then "u0000" is six characters of text, not a NUL.
+            let text = r#"{"j":"a\\u0000b"}"#;
+            assert!(encoded(ty, text, None).is_ok(), "{text}");
+            let nul_after_backslash = r#"{"j":"a\\\u0000b"}"#;
+            assert!(encoded(ty, nul_after_backslash, None).is_err());
+        }
+    }
+
+    #[test]
+    fn bytea_takes_standard_base64_and_refuses_anything_else() {
+        assert_eq!(
+            encoded(ColumnType::Bytea, r#""/wA=""#, None),
+            Ok(vec![0xff, 0x00])
+        );
+        // `_` and `-` are the URL-safe alphabet, not the standard one.
+        for bad in [r#""***""#, r#""_wA=""#, r#""/wA""#] {
+            let err = encoded(ColumnType::Bytea, bad, None).unwrap_err();
+            assert!(err.contains("not valid base64"), "{bad}: {err}");
+        }
+        let err = encoded(ColumnType::Bytea, "12", None).unwrap_err();
+        assert!(err.contains("a base64 string"), "{err}");
     }
 }

@@ -109,10 +109,35 @@ impl Source {
     }
 }
 
+/// The toml crate hands a TOML date or time to serde as a one-field map under this private
+/// name; unconverted, the constant would be that map, not the date.
+const TOML_DATETIME_FIELD: &str = "$__toml_private_datetime";
+
+/// A constant's TOML dates and times as their text (`2024-01-31`), as if written as strings,
+/// so a date constant fills a date column instead of becoming an odd JSON object.
+fn toml_datetimes_as_strings(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) if map.len() == 1 && map.contains_key(TOML_DATETIME_FIELD) => {
+            map.into_iter().next().map_or(Value::Null, |(_, text)| text)
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, toml_datetimes_as_strings(v)))
+                .collect(),
+        ),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(toml_datetimes_as_strings).collect())
+        }
+        other => other,
+    }
+}
+
 /// Parses one explicit column spec.
 pub fn parse_spec(spec: &ColumnSpec) -> Result<Source, String> {
     let text = match spec {
         ColumnSpec::Const { value } => {
+            let value = toml_datetimes_as_strings(value.clone());
             let raw = RawValue::from_string(value.to_string()).map_err(|e| e.to_string())?;
             return Ok(Source::Const(raw));
         }

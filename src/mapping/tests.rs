@@ -340,6 +340,35 @@ fn key_from_key_reads_plain_and_object_keys() {
     m.encode(&r, &mut rows).unwrap();
     let f = fields(&rows);
     assert_eq!(f[0], Some(123i64.to_be_bytes().to_vec()));
+    // An object key gives its fields by name; the value's own `id` is not consulted.
+    let mut r = record(r#"{"id":1,"v":"y"}"#);
+    r.key = Some(br#"{"id": 124}"#);
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(
+        fields(&rows)[..2],
+        [Some(124i64.to_be_bytes().to_vec()), Some(b"y".to_vec())]
+    );
+    // A plain string key (not JSON) goes whole into a single text key column.
+    let m = TopicMapper::new(
+        &topic("mode = \"upsert\"\nkey_from = \"key\""),
+        table(
+            vec![
+                col("code", ColumnType::Text, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["code"],
+        ),
+    )
+    .unwrap();
+    let mut r = record(r#"{"code":"ignored","v":"z"}"#);
+    r.key = Some(b"o-1");
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(
+        fields(&rows)[..2],
+        [Some(b"o-1".to_vec()), Some(b"z".to_vec())]
+    );
 }
 
 #[test]
@@ -712,4 +741,360 @@ fn header_columns_store_what_was_sent_and_text_refuses_what_it_cannot_hold() {
         let e = e.to_string();
         assert!(e.contains("column ht") && e.contains(why), "{e}");
     }
+}
+
+/// jsonb's binary form: the version byte, then the text.
+fn jsonb(text: &str) -> Option<Vec<u8>> {
+    let mut out = vec![1u8];
+    out.extend_from_slice(text.as_bytes());
+    Some(out)
+}
+
+#[test]
+fn key_pointers_read_fields_of_the_record_key() {
+    let m = mapper(
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("region", ColumnType::Text, false, false),
+        ],
+        "[columns]\nid = \"key:/id\"\nregion = \"key:/where/0\"",
+    );
+    let mut r = record(r#"{"id":1}"#);
+    r.key = Some(br#"{"id":9,"where":["eu"]}"#);
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(
+        fields(&rows),
+        vec![Some(9i64.to_be_bytes().to_vec()), Some(b"eu".to_vec())]
+    );
+    // A key without the field: the NOT NULL column is an error naming it and the pointer.
+    r.key = Some(br#"{"other":9}"#);
+    let err = m.encode(&r, &mut m.new_rows()).unwrap_err();
+    let EncodeError::Invalid(e) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(&e, MapError::MissingField { column, .. } if column == "id"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("/id"), "{e}");
+}
+
+#[test]
+fn meta_sources_fill_columns_like_the_metadata_settings() {
+    let m = mapper(
+        vec![
+            col("t", ColumnType::Text, false, false),
+            col("p", ColumnType::Int4, false, false),
+            col("o", ColumnType::Int8, false, false),
+            col("ts", ColumnType::Timestamptz, false, false),
+            col("k", ColumnType::Text, false, false),
+            col("h", ColumnType::Jsonb, false, false),
+        ],
+        r#"map_by_name = false
+           [columns]
+           t = "meta:topic"
+           p = "meta:partition"
+           o = "meta:offset"
+           ts = "meta:timestamp"
+           k = "meta:key"
+           h = "meta:headers""#,
+    );
+    let headers = [(&b"a"[..], Some(&b"x"[..]))];
+    let mut r = record("{}");
+    r.headers = &headers;
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert_eq!(
+        fields(&rows),
+        vec![
+            Some(b"topic".to_vec()),
+            Some(3i32.to_be_bytes().to_vec()),
+            Some(42i64.to_be_bytes().to_vec()),
+            pg_micros(1_700_000_000_000_000),
+            Some(b"k1".to_vec()),
+            jsonb(r#"[{"name":"a","value":"x"}]"#),
+        ]
+    );
+}
+
+#[test]
+fn constants_are_any_toml_value_and_tables_and_arrays_become_json() {
+    let m = mapper(
+        vec![
+            col("n", ColumnType::Int8, true, false),
+            col("doc", ColumnType::Jsonb, true, false),
+            col("list", ColumnType::Json, true, false),
+            col("flag", ColumnType::Bool, true, false),
+            col("region", ColumnType::Text, true, false),
+            col("ratio", ColumnType::Float8, true, false),
+            col("day", ColumnType::Date, true, false),
+            col("when", ColumnType::Jsonb, true, false),
+        ],
+        r#"map_by_name = false
+           [columns]
+           ratio = { const = 1.5 }
+           day = { const = 2024-01-31 }
+           when = { const = { at = 1979-05-27T07:32:00Z } }
+           n = { const = 5 }
+           doc = { const = { a = [1] } }
+           list = { const = [1, "two"] }
+           flag = { const = true }
+           region = { const = "eu" }"#,
+    );
+    let rows = encode(&m, "{}").unwrap();
+    let f = fields(&rows);
+    assert_eq!(f[0], Some(5i64.to_be_bytes().to_vec()));
+    assert_eq!(f[1], jsonb(r#"{"a":[1]}"#));
+    assert_eq!(f[2], Some(br#"[1,"two"]"#.to_vec()));
+    assert_eq!(f[3], Some(vec![1]));
+    assert_eq!(f[4], Some(b"eu".to_vec()));
+    assert_eq!(f[5], Some(1.5f64.to_be_bytes().to_vec()));
+    // A TOML date; 2024-01-31 is 8796 days after 2000-01-01.
+    assert_eq!(f[6], Some(8796i32.to_be_bytes().to_vec()));
+    // Inside a table too: the date's text, never the TOML parser's private wrapper.
+    assert_eq!(f[7], jsonb(r#"{"at":"1979-05-27T07:32:00Z"}"#));
+}
+
+/// A Debezium mapper over `(id int8 primary key, v text)`.
+fn debezium_mapper() -> TopicMapper {
+    TopicMapper::new(
+        &topic("format = \"debezium\""),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("v", ColumnType::Text, false, false),
+            ],
+            &["id"],
+        ),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_debezium_delete_without_before_deletes_by_the_record_key() {
+    let m = debezium_mapper();
+    let mut r = record(r#"{"op":"d","before":null,"after":null}"#);
+    r.key = Some(br#"{"id":1}"#);
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    assert!(rows.shapes.iter().all(|s| s.buffer.rows() == 0));
+    let deletes = rows.deletes.as_ref().expect("a delete");
+    assert_eq!(deletes.buffer.rows(), 1);
+    // The delete's key field is the key's id: 1 as int8.
+    let bytes = deletes.buffer.as_bytes();
+    let one = 1i64.to_be_bytes();
+    assert!(bytes.windows(8).any(|w| w == one), "{bytes:?}");
+    // Without a key either, the delete cannot be aimed: an error, not a skip.
+    r.key = None;
+    assert!(m.encode(&r, &mut m.new_rows()).is_err());
+}
+
+#[test]
+fn debezium_truncates_and_messages_are_decode_errors_not_skips() {
+    let m = debezium_mapper();
+    for op in ["t", "m"] {
+        let value = format!(r#"{{"op":"{op}","before":null,"after":null}}"#);
+        let mut rows = m.new_rows();
+        let err = m.encode(&record(&value), &mut rows).unwrap_err();
+        let EncodeError::Invalid(e) = err else {
+            panic!("{err:?}")
+        };
+        assert!(matches!(e, MapError::Unsupported(_)), "{op}: {e}");
+        assert_eq!(
+            crate::dead_letter::ErrorKind::of(&e),
+            crate::dead_letter::ErrorKind::Decode
+        );
+        assert_eq!(rows.rows(), 0, "{op}");
+    }
+}
+
+#[test]
+fn debezium_variable_scale_decimals_and_json_strings_follow_their_schema() {
+    let m = TopicMapper::new(
+        &topic("format = \"debezium\""),
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("amount", ColumnType::Numeric, false, false),
+                col("doc", ColumnType::Jsonb, false, false),
+            ],
+            &["id"],
+        ),
+    )
+    .unwrap();
+    let v = r#"{"schema":{"type":"struct","fields":[
+        {"field":"after","type":"struct","fields":[
+          {"field":"id","type":"int64"},
+          {"field":"amount","type":"struct","name":"io.debezium.data.VariableScaleDecimal"},
+          {"field":"doc","type":"string","name":"io.debezium.data.Json"}]}]},
+        "payload":{"op":"c","before":null,
+          "after":{"id":1,"amount":{"scale":3,"value":"AeJA"},"doc":"{\"a\": [1]}"}}}"#;
+    let rows = encode(&m, v).unwrap();
+    let f = fields(&rows);
+    // 0x01e240 = 123456, scale 3.
+    let mut numeric = BytesMut::new();
+    encode_numeric("123.456", &mut numeric).unwrap();
+    assert_eq!(f[1].as_deref(), Some(&numeric[..]));
+    // The JSON inside the string, not the string itself.
+    assert_eq!(f[2], jsonb(r#"{"a": [1]}"#));
+    // Without the hint the same string would be a JSON string; with it, text that is not JSON
+    // is refused.
+    let bad = v.replace(r#""{\"a\": [1]}""#, r#""not json""#);
+    let err = encode(&m, &bad).unwrap_err().to_string();
+    assert!(
+        err.contains("column doc") && err.contains("not JSON"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nesting_of_64_levels_is_accepted_and_65_refused() {
+    let m = mapper(vec![col("j", ColumnType::Jsonb, false, false)], "");
+    // The value object is the first level.
+    let nested = |levels: usize| {
+        let arrays = levels - 1;
+        format!("{{\"j\":{}1{}}}", "[".repeat(arrays), "]".repeat(arrays))
+    };
+    assert!(encode(&m, &nested(64)).is_ok());
+    assert_eq!(
+        encode(&m, &nested(65)).unwrap_err(),
+        MapError::TooDeep(MAX_JSON_DEPTH)
+    );
+    // Refused before it is parsed: malformed JSON that deep is too deep, not invalid.
+    let malformed = format!("{{\"j\":{}x", "[".repeat(64));
+    let err = encode(&m, &malformed).unwrap_err();
+    assert_eq!(err, MapError::TooDeep(MAX_JSON_DEPTH));
+    assert_eq!(
+        crate::dead_letter::ErrorKind::of(&err),
+        crate::dead_letter::ErrorKind::Decode
+    );
+}
+
+#[test]
+fn raw_text_must_be_utf8_and_raw_bytea_takes_any_bytes() {
+    let raw = |ty: ColumnType| {
+        mapper(
+            vec![col("body", ty, true, false)],
+            "format = \"raw\"\nraw_column = \"body\"",
+        )
+    };
+    let encode_bytes = |m: &TopicMapper, value: &[u8]| {
+        let mut r = record("");
+        r.value = Some(value);
+        let mut rows = m.new_rows();
+        m.encode(&r, &mut rows).map(|()| fields(&rows))
+    };
+    let any = [0xff, 0x00, b'{'];
+    assert_eq!(
+        encode_bytes(&raw(ColumnType::Bytea), &any),
+        Ok(vec![Some(any.to_vec())])
+    );
+    let text = raw(ColumnType::Text);
+    assert_eq!(
+        encode_bytes(&text, "ünïcode, not JSON".as_bytes()),
+        Ok(vec![Some("ünïcode, not JSON".as_bytes().to_vec())])
+    );
+    let err = encode_bytes(&text, &[0xff, b'a']).unwrap_err();
+    let EncodeError::Invalid(e) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        crate::dead_letter::ErrorKind::of(&e),
+        crate::dead_letter::ErrorKind::Mapping,
+        "{e}"
+    );
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    // json (like jsonb) must be valid JSON.
+    let err = encode_bytes(&raw(ColumnType::Json), b"{not json").unwrap_err();
+    assert!(format!("{err:?}").contains("not JSON"), "{err:?}");
+}
+
+#[test]
+fn max_record_bytes_counts_key_and_value_and_refuses_before_decoding() {
+    assert_eq!(topic("").max_record_bytes.as_u64(), 16 * 1024 * 1024);
+    let m = mapper(
+        vec![col("v", ColumnType::Text, false, false)],
+        "max_record_bytes = 100",
+    );
+    let value = format!(r#"{{"v":"{}"}}"#, "x".repeat(50));
+    let mut r = record(&value);
+    let key = [b'k'; 60];
+    r.key = Some(&key);
+    let too_large = |r: &RecordView<'_>| {
+        matches!(
+            m.encode(r, &mut m.new_rows()),
+            Err(EncodeError::Invalid(MapError::TooLarge { limit: 100, .. }))
+        )
+    };
+    // 57 + 60 bytes: neither alone is over the limit, together they are.
+    assert!(too_large(&r));
+    r.key = Some(b"k");
+    assert!(m.encode(&r, &mut m.new_rows()).is_ok());
+    // Not JSON and too deep, but too large first: it is never decoded.
+    let junk = format!("{}not json", "[".repeat(120));
+    assert!(too_large(&record(&junk)));
+}
+
+#[test]
+fn metadata_columns_take_every_documented_type() {
+    let m = mapper(
+        vec![
+            col("kb", ColumnType::Bytea, false, false),
+            col("kj", ColumnType::Json, false, false),
+            col("kjb", ColumnType::Jsonb, false, false),
+            col("pn", ColumnType::Numeric, false, false),
+            col("p2", ColumnType::Int2, false, false),
+            col("p8", ColumnType::Int8, false, false),
+            col("on", ColumnType::Numeric, false, false),
+            col("tb", ColumnType::Int8, false, false),
+            col("tt", ColumnType::Timestamp, false, false),
+            col("hb", ColumnType::Bytea, false, false),
+            col("hj", ColumnType::Json, false, false),
+        ],
+        r#"map_by_name = false
+           [columns]
+           kb = "meta:key"
+           kj = "meta:key"
+           kjb = "meta:key"
+           pn = "meta:partition"
+           p2 = "meta:partition"
+           p8 = "meta:partition"
+           on = "meta:offset"
+           tb = "meta:timestamp"
+           tt = "meta:timestamp"
+           hb = "meta:header:bin"
+           hj = "meta:headers""#,
+    );
+    let headers = [(&b"bin"[..], Some(&[0xff, 0x00][..]))];
+    let mut r = record("{}");
+    r.key = Some(br#"{"id": 7}"#);
+    r.headers = &headers;
+    let mut rows = m.new_rows();
+    m.encode(&r, &mut rows).unwrap();
+    let numeric = |text: &str| {
+        let mut out = BytesMut::new();
+        encode_numeric(text, &mut out).unwrap();
+        Some(out.to_vec())
+    };
+    assert_eq!(
+        fields(&rows),
+        vec![
+            Some(br#"{"id": 7}"#.to_vec()),
+            Some(br#"{"id": 7}"#.to_vec()),
+            jsonb(r#"{"id": 7}"#),
+            numeric("3"),
+            Some(3i16.to_be_bytes().to_vec()),
+            Some(3i64.to_be_bytes().to_vec()),
+            numeric("42"),
+            Some(1_700_000_000_000i64.to_be_bytes().to_vec()),
+            pg_micros(1_700_000_000_000_000),
+            Some(vec![0xff, 0x00]),
+            Some(br#"[{"name":"bin","value_base64":"/wA="}]"#.to_vec()),
+        ]
+    );
+    // A key that is not JSON cannot go into a json column; bytea takes any key.
+    r.key = Some(b"plain");
+    let err = m.encode(&r, &mut m.new_rows()).unwrap_err();
+    assert!(format!("{err:?}").contains("not JSON"), "{err:?}");
 }

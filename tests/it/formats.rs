@@ -617,3 +617,75 @@ async fn schemaless_debezium_microseconds_land_exactly_with_their_time_unit() {
     assert_eq!(rows, expected);
     assert!(sink.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_truncates_and_messages_stop_the_sink_or_become_decode_dead_letters() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, since date)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let (key, create) = debezium("c", None, Some((1, "ann")), false);
+    let (_, later) = debezium("c", None, Some((2, "bob")), true);
+    let truncate = r#"{"before":null,"after":null,"source":{"table":"customers"},"op":"t","ts_ms":1700000000000}"#;
+    let message = r#"{"op":"m","ts_ms":1700000000000,"message":{"prefix":"p","content":"eA=="}}"#;
+    let records = vec![
+        keyed(0, &key, Some(create)),
+        keyed(0, &key, Some(truncate.into())),
+        keyed(0, &key, Some(message.into())),
+        keyed(0, &key, Some(later)),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    // on_error = "fail": the truncate stops the sink at its offset; nothing after it is written.
+    let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
+    config.topic_settings = "format = \"debezium\"".into();
+    config.metadata = String::new();
+    let mut sink = Sink::start(&config, "fail");
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the truncate should stop the sink\n{}", sink.logs_tail(20)));
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(20));
+    assert!(
+        sink.logs().contains(&format!("{}/0@1", topic.name)),
+        "{}",
+        sink.logs_tail(20)
+    );
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(1))],
+        "the position rests on the truncate"
+    );
+    let rows: Vec<(i32, String)> = sqlx::query_as("SELECT id, name FROM customers ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, vec![(1, "ann".to_string())]);
+
+    // on_error = "dead_letter": both become `decode` dead letters and the sink goes on.
+    config.group = format!("{}-dl", config.group);
+    config.topic_settings = "format = \"debezium\"\non_error = \"dead_letter\"".into();
+    let mut sink = Sink::start(&config, "dead-letter");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    let letters: Vec<(i64, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT \"offset\", error_kind, value FROM kafka_dead_letters WHERE consumer_group = $1 ORDER BY 1",
+    )
+    .bind(&config.group)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        letters,
+        vec![
+            (1, "decode".to_string(), truncate.as_bytes().to_vec()),
+            (2, "decode".to_string(), message.as_bytes().to_vec()),
+        ]
+    );
+    let rows: Vec<(i32, String)> = sqlx::query_as("SELECT id, name FROM customers ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, vec![(1, "ann".to_string()), (2, "bob".to_string())]);
+}

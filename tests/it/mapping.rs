@@ -290,3 +290,206 @@ async fn reset_policies_decide_where_a_partition_without_an_offset_starts() {
     assert_eq!((min, max, n), (100, 149, 50));
     assert!(sink.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn generated_and_identity_columns_are_left_to_postgres() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE gen (
+                i4 int NOT NULL,
+                g int GENERATED ALWAYS AS (i4 * 2) STORED,
+                idc int GENERATED ALWAYS AS IDENTITY,
+                kafka_partition int NOT NULL,
+                kafka_offset bigint NOT NULL
+            )",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    // Fields named like the generated columns: with map_by_name they would be written if the
+    // sink did not leave those columns out (and PostgreSQL would refuse the COPY).
+    let records: Vec<RawRecord> = (0..5)
+        .map(|n| RawRecord::json(0, &format!(r#"{{"i4":{n},"g":999,"idc":999}}"#)))
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "gen");
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    let rows: Vec<(i64, i32, i32, i32)> =
+        sqlx::query_as("SELECT kafka_offset, i4, g, idc FROM gen ORDER BY kafka_offset")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    // One transaction in offset order: the identity counts 1, 2, 3, … along the offsets.
+    let expected: Vec<(i64, i32, i32, i32)> = (0..5).map(|n| (n as i64, n, n * 2, n + 1)).collect();
+    assert_eq!(rows, expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_columns_take_the_json_text_of_non_strings_and_char_pads() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE texts (
+                t text, v varchar(20), c char(5),
+                kafka_partition int NOT NULL, kafka_offset bigint NOT NULL
+            )",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let values = [
+        r#"{"t":12.50,"v":true,"c":"ab"}"#,
+        r#"{"t":{"a":[1, "x"]},"v":[1,2],"c":7}"#,
+        r#"{"t":-1e3,"v":false,"c":null}"#,
+    ];
+    let records: Vec<RawRecord> = values.iter().map(|v| RawRecord::json(0, v)).collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "texts");
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    type Row = (i64, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT kafka_offset, t, v, c::text || '|' FROM texts ORDER BY kafka_offset",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        rows,
+        vec![
+            // char(n) pads (bpchar's text cast drops the padding; `||` keeps what was stored).
+            (0, s("12.50"), s("true"), s("ab|")),
+            (1, s(r#"{"a":[1, "x"]}"#), s("[1,2]"), s("7|")),
+            (2, s("-1e3"), s("false"), None),
+        ]
+    );
+    let padded: i32 =
+        sqlx::query_scalar("SELECT octet_length(c) FROM texts WHERE kafka_offset = 0")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(padded, 5, "char(5) holds the value padded to 5");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_type_the_sink_cannot_write_stops_it_at_startup_naming_the_column() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE shapes (id bigint, spot point,
+                kafka_partition int NOT NULL, kafka_offset bigint NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    produce_raw(
+        &producer(),
+        &topic.name,
+        &[RawRecord::json(0, r#"{"id":1,"spot":"(1,2)"}"#)],
+    )
+    .await;
+    let config = SinkConfig::new(&db.url, &topic.name, "shapes");
+    let mut sink = Sink::start(&config, "sink");
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the sink should refuse the table\n{}", sink.logs_tail(20)));
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(20));
+    let logs = sink.logs();
+    assert!(
+        logs.contains("column spot of public.shapes has type point"),
+        "{}",
+        sink.logs_tail(20)
+    );
+    assert_eq!(db.count("shapes").await, 0);
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![],
+        "nothing was claimed or committed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_whose_table_does_not_exist_stops_the_sink_and_no_table_is_created() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(1).await;
+    produce_orders(&producer(), &topic, 0, 3).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "missing_table");
+    let mut sink = Sink::start(&config, "sink");
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the sink should stop\n{}", sink.logs_tail(20)));
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(20));
+    assert!(
+        sink.logs()
+            .contains("table public.missing_table does not exist"),
+        "{}",
+        sink.logs_tail(20)
+    );
+    let created: Option<String> = sqlx::query_scalar("SELECT to_regclass('missing_table')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(created, None, "tables are never created implicitly");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_schema_setting_writes_into_a_table_outside_public() {
+    let db = TestDb::migrated().await;
+    // The same name in public: a sink that ignored `schema` would write here.
+    db.create_orders_table("orders").await;
+    db.pool
+        .execute("CREATE SCHEMA app; CREATE TABLE app.orders (LIKE public.orders INCLUDING ALL)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(2).await;
+    produce_orders(&producer(), &topic, 0, 100).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.topic_settings = "schema = \"app\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    assert_eq!(db.count("orders").await, 0, "public.orders stays empty");
+    // Put app.orders where the column-by-column check reads.
+    db.pool
+        .execute("DROP TABLE public.orders; ALTER TABLE app.orders SET SCHEMA public")
+        .await
+        .unwrap();
+    let copies = orders_as_produced(&db, "orders", 2).await;
+    assert_eq!(copies.len(), 100);
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upsert_by_a_unique_index_that_is_not_the_primary_key() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE items (id serial PRIMARY KEY, code text UNIQUE NOT NULL, v int NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    // Five codes, each written four times; the last record per code must win.
+    let records: Vec<RawRecord> = (0..20)
+        .map(|n| RawRecord::json(0, &format!(r#"{{"code":"c{}","v":{n}}}"#, n % 5)))
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "items");
+    config.topic_settings = "mode = \"upsert\"\nkey = [\"code\"]".into();
+    config.metadata = String::new();
+    config.max_records = 7;
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT code, v FROM items ORDER BY code")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let expected: Vec<(String, i32)> = (0..5).map(|c| (format!("c{c}"), 15 + c)).collect();
+    assert_eq!(rows, expected);
+}
