@@ -146,6 +146,13 @@ async fn kafka_over_sasl_scram_and_over_ssl_delivers_exactly_once() {
             ),
         ),
         (
+            dev_env("KPS_KAFKA_SASL_BOOTSTRAP"),
+            format!(
+                "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"PLAIN\"\n\"sasl.username\" = \"{}\"\n\"sasl.password\" = \"${{KPS_TEST_SASL_PASSWORD}}\"",
+                dev_env("KPS_KAFKA_SASL_USER")
+            ),
+        ),
+        (
             dev_env("KPS_KAFKA_SSL_BOOTSTRAP"),
             format!("\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{}\"", dev_env("KPS_TLS_CA")),
         ),
@@ -196,20 +203,133 @@ async fn postgres_over_verified_tls() {
         out.stderr
     );
 
+    // check connects the same way: it passes over verified TLS and refuses the wrong CA.
+    for (url, passes) in [(&good, true), (&bad, false)] {
+        let file = ConfigFile::new(&SinkConfig::new(url, &topic.name, "orders").toml());
+        let out = run_cli(&["check", "--config", file.arg()]).await;
+        assert_eq!(
+            out.status.success(),
+            passes,
+            "{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        if !passes {
+            let all = format!("{}{}", out.stdout, out.stderr).to_lowercase();
+            assert!(all.contains("certificate"), "{all}");
+        }
+    }
+
+    // The system's roots are trusted too: without sslrootcert, verify-full passes once the CA
+    // is among them (SSL_CERT_FILE names the system's bundle) and fails while it is not.
+    let mut system = url::Url::parse(&db.url).unwrap();
+    system.set_host(Some("localhost")).unwrap();
+    system
+        .query_pairs_mut()
+        .append_pair("sslmode", "verify-full");
+    let out = crate::helpers::sink::run_cli_env(
+        &["migrate", "--database-url", system.as_str()],
+        &[("SSL_CERT_FILE", &dev_env("KPS_TLS_CA"))],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = run_cli(&["migrate", "--database-url", system.as_str()]).await;
+    assert!(
+        !out.status.success(),
+        "the dev CA is not a system root here"
+    );
+    assert!(
+        out.stderr.to_lowercase().contains("certificate"),
+        "{}",
+        out.stderr
+    );
+
+    // Sessions by encryption, for the sink's sessions in this database.
+    let sessions = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl)
+               FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+              WHERE a.datname = $1 AND a.application_name = 'kafka-pg-sink'",
+        )
+        .bind(&db.name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
     let config = SinkConfig::new(&good, &topic.name, "orders");
     let mut sink = Sink::start(&config, "tls");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
-    let plain: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
-          WHERE a.datname = $1 AND a.application_name = 'kafka-pg-sink' AND NOT s.ssl",
-    )
-    .bind(&db.name)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (encrypted, plain) = sessions().await;
+    assert!(encrypted > 0, "no sink session to look at");
     assert_eq!(plain, 0, "every sink session is encrypted");
     assert_exactly_once(&db, "orders", 1_000).await;
     assert!(sink.stop().success());
+
+    // No sslmode at all: `prefer`, the default, and this server offers TLS, so it is used.
+    assert!(!db.url.contains("sslmode"), "{}", db.url);
+    db.create_orders_table("orders_prefer").await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders_prefer");
+    config.group = format!("{}-prefer", config.group);
+    let mut sink = Sink::start(&config, "prefer");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let (encrypted, plain) = sessions().await;
+    assert!(encrypted > 0, "no sink session to look at");
+    assert_eq!(
+        plain, 0,
+        "sslmode prefer (the default) encrypts every session"
+    );
+    assert_exactly_once(&db, "orders_prefer", 1_000).await;
+    assert!(sink.stop().success());
+}
+
+/// A broker whose certificate the configured CA did not sign is an authentication failure
+/// like a wrong password: `/ready` says 503 with `kafka_error`, and after
+/// `kafka.auth_failure_timeout` the sink exits 1 instead of retrying for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_broker_certificate_says_not_ready_then_exits_1() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka = Some(dev_env("KPS_KAFKA_SSL_BOOTSTRAP"));
+    config.kafka_properties = "\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"/etc/ssl/certs/ssl-cert-snakeoil.pem\"".into();
+    config.env = vec![(
+        "KAFKA_PG_SINK_KAFKA__AUTH_FAILURE_TIMEOUT".into(),
+        "10s".into(),
+    )];
+    let started = std::time::Instant::now();
+    let mut sink = Sink::start(&config, "wrong CA");
+    let address = sink.http_address();
+    wait_until(
+        "/ready to name the failing Kafka connection",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = crate::helpers::http::get(&address, "/ready");
+            status == 503
+                && body.contains("kafka_error")
+                && body.to_lowercase().contains("certificate")
+        },
+    )
+    .await;
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| {
+            panic!(
+                "run kept going with a rejected certificate\n{}",
+                sink.logs_tail(30)
+            )
+        });
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(30));
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "stopped before auth_failure_timeout"
+    );
+    assert!(
+        sink.logs()
+            .contains("authentication with the Kafka brokers has failed"),
+        "{}",
+        sink.logs_tail(30)
+    );
 }
 
 /// The `GRANT` statements of README's "Minimal grants", for `role` on database `db`: read from
