@@ -650,3 +650,24 @@ async fn errors_no_row_explains_stop_the_sink_instead_of_dead_lettering() {
     }
     drop_role(&db, &role).await;
 }
+
+/// GSSAPI (Kerberos) is not built into the sink's librdkafka: `check` says so instead of
+/// trying to connect.
+#[tokio::test(flavor = "multi_thread")]
+async fn gssapi_is_not_built_in() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.kafka = Some(dev_env("KPS_KAFKA_SASL_BOOTSTRAP"));
+    config.kafka_properties =
+        "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"GSSAPI\"".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(
+        all.contains("No provider for SASL mechanism GSSAPI"),
+        "{all}"
+    );
+}
