@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool, Row};
 
 use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
-use crate::dead_letter::OwnedRecord;
+use crate::dead_letter::{ErrorKind, OwnedRecord};
 use crate::mapping::{EncodeError, RecordView, TopicMapper};
 use crate::pgtext::escape_nul;
 use crate::routing::Router;
@@ -187,7 +187,8 @@ pub async fn replay(
         };
         let mut rows = mapper.new_rows();
         let failure = match mapper.encode(&view, &mut rows) {
-            Err(EncodeError::Invalid(e)) => Some(("mapping", e.to_string())),
+            // The sink's own kinds, so a replay never relabels a `decode` letter `mapping`.
+            Err(EncodeError::Invalid(e)) => Some((ErrorKind::of(&e).as_str(), e.to_string())),
             Err(EncodeError::ShapeChanged) => unreachable!("a fresh batch accepts any column list"),
             Ok(()) => {
                 let target = DeadLetterTarget {

@@ -70,12 +70,18 @@ impl ClientContext for SinkContext {
     }
 
     /// Authentication failures are remembered: retrying cannot fix a wrong password, so the
-    /// poll loop stops the sink once they have lasted `kafka.auth_failure_timeout`.
+    /// poll loop stops the sink once they have lasted `kafka.auth_failure_timeout`. A failed
+    /// TLS handshake (librdkafka's `SSL` code, e.g. a broker certificate the configured CA did
+    /// not sign) is one too: retrying cannot fix a certificate either.
     fn error(&self, error: KafkaError, reason: &str) {
         use rdkafka::types::RDKafkaErrorCode;
         if matches!(
             error.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
+            Some(
+                RDKafkaErrorCode::Authentication
+                    | RDKafkaErrorCode::SaslAuthenticationFailed
+                    | RDKafkaErrorCode::SSL
+            )
         ) {
             tracing::error!(target: "librdkafka", error = %error, "{reason}");
             self.health.set_kafka_auth_failed(reason);

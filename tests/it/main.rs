@@ -4,6 +4,7 @@
 mod bad_input;
 mod cli;
 mod crash;
+mod dead_letters;
 mod delivery;
 mod faults;
 mod formats;
