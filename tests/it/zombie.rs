@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
@@ -336,11 +337,67 @@ async fn stopped_inside_a_transaction(
 /// takes the partition, and the woken zombie is fenced and writes nothing more.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction() {
+    claim_ends_a_stopped_owner(false).await;
+}
+
+/// The same under README's minimal grants: a role may end its own sessions, so sinks of one
+/// group running as one role fence each other without `pg_signal_backend`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_ends_a_stopped_owner_under_the_documented_minimal_grants() {
+    claim_ends_a_stopped_owner(true).await;
+}
+
+/// The `GRANT`s of README's "Minimal grants" for `role` on `db`, read from README (as
+/// `security::the_documented_minimal_grants_are_enough` does), so they cannot drift apart.
+fn readme_grants(db: &str, role: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let section = &readme[readme.find("**Minimal grants**").expect("grants")..];
+    let start = section.find("```sql").expect("a sql block") + "```sql".len();
+    let block = &section[start..start + section[start..].find("```").expect("its end")];
+    block
+        .lines()
+        .map(|l| l.split("--").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            l.replace(" TO sink;", &format!(" TO {role};"))
+                .replace("ON DATABASE app ", &format!("ON DATABASE \"{db}\" "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn claim_ends_a_stopped_owner(minimal_role: bool) {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
     let topic = TestTopic::create(1).await;
-    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let mut url = url::Url::parse(&db.url).unwrap();
+    if minimal_role {
+        // README's grants also name a customers table; the test's audit writes with its
+        // owner's rights, not the sink's.
+        db.pool
+            .execute(
+                "CREATE TABLE customers (id bigint PRIMARY KEY, v text);
+                 ALTER FUNCTION audit_offsets() SECURITY DEFINER;",
+            )
+            .await
+            .unwrap();
+        let role = format!("kps_fence_{}", &db.name[9..]);
+        db.pool
+            .execute(
+                format!(
+                    "CREATE ROLE {role} LOGIN PASSWORD 'sink-pass';\n{}",
+                    readme_grants(&db.name, &role)
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+        url.set_username(&role).unwrap();
+        url.set_password(Some("sink-pass")).unwrap();
+    }
+    let mut config = SinkConfig::new(url.as_str(), &topic.name, "orders");
     config.writers = 1;
     let (mut zombie, pid) = stopped_inside_a_transaction(&db, &topic, &config, "300s").await;
 
