@@ -2,6 +2,7 @@
 //! Each test makes its own database and topics, so they run in parallel.
 
 mod bad_input;
+mod batching;
 mod cli;
 mod crash;
 mod dead_letters;
