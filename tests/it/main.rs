@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod batching;
+mod claims;
 mod cli;
 mod crash;
 mod dead_letters;

@@ -65,11 +65,13 @@ async fn a_claim_the_database_never_answers_stops_the_sink_within_the_poll_inter
         .await
         .unwrap();
     let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
-    config.kafka_properties = "\"max.poll.interval.ms\" = \"20000\"".into();
+    // The claim may be retried for half of max.poll.interval.ms (20 s), no longer.
+    config.kafka_properties = "\"max.poll.interval.ms\" = \"40000\"".into();
     config.env = vec![(
         "KAFKA_PG_SINK_POSTGRES__STATEMENT_TIMEOUT".into(),
         "2s".into(),
     )];
+    let started = std::time::Instant::now();
     let mut sink = Sink::start(&config, "blocked");
     let status = sink
         .wait_timeout(Duration::from_secs(60))
@@ -79,7 +81,21 @@ async fn a_claim_the_database_never_answers_stops_the_sink_within_the_poll_inter
                 sink.logs_tail(30)
             )
         });
+    let elapsed = started.elapsed();
     assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(30));
+    // It kept retrying (no give-up at the first failure) and stopped before the group's
+    // max.poll.interval.ms of 40 s would have dropped it.
+    assert!(
+        elapsed >= Duration::from_secs(15) && elapsed < Duration::from_secs(40),
+        "exited after {elapsed:?}\n{}",
+        sink.logs_tail(30)
+    );
+    assert!(
+        sink.logs()
+            .contains("cannot claim assigned partitions in PostgreSQL; retrying"),
+        "{}",
+        sink.logs_tail(30)
+    );
     assert!(
         sink.logs()
             .contains("cannot claim the assigned partitions in PostgreSQL"),

@@ -1,0 +1,214 @@
+//! README.md is a contract: every behavioural promise it makes is listed here with the tests
+//! that prove it. The test below fails when a listed sentence is no longer in README.md (the
+//! promise changed: update its entry and its tests) or when a listed test no longer exists
+//! (renamed or removed: the promise lost its proof). A new promise gets a new entry.
+//!
+//! Whether each test really asserts its promise was checked by reading it; this file keeps
+//! the two from drifting apart afterwards.
+
+/// (a sentence fragment of README.md, the tests proving it: `file::test` for `tests/it/file.rs`,
+/// `src/path.rs::test` for unit tests).
+const CLAIMS: &[(&str, &[&str])] = &[
+    ("the rows and an advance of the partition's offset", &["crash::kill_9_at_random_moments_loses_and_duplicates_nothing", "crash::kill_9_at_random_moments_in_upsert_mode_loses_nothing", "faults::writer_sessions_killed_mid_transaction_roll_back_and_rewind"]),
+    ("a crash, a restart, a rebalance or a network partition can neither lose", &["crash::kill_9_at_random_moments", "crash::kill_9_at_random_moments_in_upsert_mode_loses_nothing", "crash::kill_9_at_random_moments_loses_and_duplicates_nothing", "delivery::a_stop_part_way_and_a_restart_leave_no_duplicate_and_no_gap", "restarts::postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing", "restarts::the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing", "rebalance::join_and_leave_mid_stream_with_the_classic_protocol", "rebalance::join_and_leave_mid_stream_with_the_consumer_protocol", "zombie::a_claim_ends_a_stopped_owner_under_the_documented_minimal_grants", "zombie::a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction", "zombie::a_claim_never_ends_the_session_of_another_application", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_classic_protocol", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_consumer_protocol", "zombie::a_zombie_waking_after_an_operator_reset_cannot_take_the_partition_back", "zombie::claim_ends_a_stopped_owner", "zombie::idle_in_transaction_timeout_ends_the_session_of_a_stopped_sink", "zombie::owners", "zombie::readme_grants", "zombie::session_state", "zombie::sink_session_waiting_on_a_lock", "zombie::stopped_inside_a_transaction", "zombie::zombie"]),
+    ("source of truth for where each partition resumes", &["operations::the_sink_commits_to_kafka_only_when_mirroring_and_never_resumes_from_kafka"]),
+    ("cannot commit", &["zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_classic_protocol", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_consumer_protocol"]),
+    ("`kafka-pg-sink migrate` creates `kafka_offsets(consumer_group, topic, partition", &["cli::migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide"]),
+    ("`next_offset` is the next offset to read: the last written offset + 1", &["mapping::a_record_that_cannot_be_mapped_stops_the_sink_at_that_record", "positions::positions_reach_the_end_of_topics_written_by_transactional_producers"]),
+    ("It is `NULL` until the partition's first commit", &["rejected::a_second_refused_row_in_the_batch_commits_nothing"]),
+    ("offsets to Kafka (unless", &["operations::the_sink_commits_to_kafka_only_when_mirroring_and_never_resumes_from_kafka"]),
+    ("the partitions in one statement (insert or bump `owner_epoch`, set `owner_id`)", &["zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_classic_protocol", "rebalance::join_and_leave_mid_stream_with_the_classic_protocol", "delivery::a_stop_part_way_and_a_restart_leave_no_duplicate_and_no_gap"]),
+    ("starts by `kafka.auto_offset_reset`: `earliest` (default), `latest`, or `fail` (the sink stops", &["mapping::reset_policies_decide_where_a_partition_without_an_offset_starts", "src/config.rs::defaults_fill_the_gaps"]),
+    ("so a rewind or a restart", &["positions::latest_is_pinned_at_the_claim_so_a_kill_before_the_first_commit_skips_nothing", "positions::a_rewind_before_the_first_commit_under_latest_rereads_instead_of_skipping"]),
+    ("they are abandoned client-side within", &["faults::a_claim_the_network_never_answers_is_abandoned_client_side_and_retried"]),
+    ("retried with backoff for at most half of `max.poll.interval.ms`", &["supervision::a_claim_the_database_never_answers_stops_the_sink_within_the_poll_interval"]),
+    ("a partition's batches commit in order.", &["faults::writer_sessions_killed_mid_transaction_roll_back_and_rewind", "delivery::a_stop_part_way_and_a_restart_leave_no_duplicate_and_no_gap"]),
+    ("A writer holds at most `batch.max_in_flight` sealed", &["batching::a_writer_queues_at_most_max_in_flight_batches_and_then_the_consumer_waits"]),
+    ("A writer task that dies (a panic) stops the sink with exit 1 and the writer's number", &["supervision::a_writer_that_panics_stops_the_sink_with_exit_1_and_a_restart_completes"]),
+    ("`batch.max_records` records, at the record that brings its key and value bytes to", &["batching::a_batch_closes_at_max_records", "batching::a_batch_closes_at_max_bytes", "batching::a_lone_record_waits_max_wait_before_its_batch_commits"]),
+    ("If fewer rows change than the batch has partitions, the transaction rolls back", &["zombie::a_claim_ends_a_stopped_owner_under_the_documented_minimal_grants", "zombie::a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction", "zombie::a_claim_never_ends_the_session_of_another_application", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_classic_protocol", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_consumer_protocol", "zombie::a_zombie_waking_after_an_operator_reset_cannot_take_the_partition_back", "zombie::claim_ends_a_stopped_owner", "zombie::idle_in_transaction_timeout_ends_the_session_of_a_stopped_sink", "zombie::owners", "zombie::readme_grants", "zombie::session_state", "zombie::sink_session_waiting_on_a_lock", "zombie::stopped_inside_a_transaction", "zombie::zombie", "operations::offsets_reset_to_every_target_and_under_a_running_sink"]),
+    ("records of aborted transactions are skipped (librdkafka reads `read_committed`", &["positions::positions_reach_the_end_of_topics_written_by_transactional_producers"]),
+    ("Stored positions therefore reach the end offsets", &["positions::positions_reach_the_end_of_topics_written_by_transactional_producers"]),
+    ("every later compare-and-set by the old owner matches nothing: its batch rolls back", &["zombie::a_claim_ends_a_stopped_owner_under_the_documented_minimal_grants", "zombie::a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction", "zombie::a_claim_never_ends_the_session_of_another_application", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_classic_protocol", "zombie::a_zombie_paused_past_its_session_timeout_commits_nothing_with_the_consumer_protocol", "zombie::a_zombie_waking_after_an_operator_reset_cannot_take_the_partition_back", "zombie::claim_ends_a_stopped_owner", "zombie::idle_in_transaction_timeout_ends_the_session_of_a_stopped_sink", "zombie::owners", "zombie::readme_grants", "zombie::session_state", "zombie::sink_session_waiting_on_a_lock", "zombie::stopped_inside_a_transaction", "zombie::zombie"]),
+    ("the claim waits `postgres.lock_timeout` and then ends that", &["zombie::a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction", "zombie::a_claim_never_ends_the_session_of_another_application"]),
+    ("Even when no one claims its partitions, the", &["zombie::idle_in_transaction_timeout_ends_the_session_of_a_stopped_sink"]),
+    ("When a transaction fails, or its outcome is unknown", &["faults::writer_sessions_killed_mid_transaction_roll_back_and_rewind", "faults::a_commit_whose_answer_is_lost_is_resolved_by_rereading_not_by_guessing", "restarts::postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing", "positions::a_rewind_before_the_first_commit_under_latest_rereads_instead_of_skipping"]),
+    ("retried with capped exponential backoff (100 ms to 30 s) with jitter", &["src/pipeline/mod.rs::backoff_grows_from_the_minimum_to_the_cap_with_jitter", "src/config.rs::every_documented_default_holds"]),
+    ("The consumer keeps polling meanwhile, so rebalances are served.", &["batching::rebalances_are_served_while_a_writer_retries"]),
+    ("naming the record it refused first", &["rejected::two_refused_rows_on_one_partition_stop_the_sink_at_the_first", "rejected::a_second_refused_row_in_the_batch_commits_nothing"]),
+    ("On revoke, the open batches of the revoked partitions are committed (or", &["batching::revoke_commits_the_open_batch_under_the_old_owners_epoch"]),
+    ("commits every record already taken (open batches included), leaves the group", &["batching::sigterm_commits_the_open_batch_and_exits_0", "delivery::ten_thousand_records_become_exactly_ten_thousand_rows_with_their_values", "delivery::a_stop_part_way_and_a_restart_leave_no_duplicate_and_no_gap"]),
+    ("A second signal exits at once (130), even while a batch is stuck in its", &["batching::a_second_signal_exits_130_at_once"]),
+    ("`, the default) stops the sink with an error naming the topic, partition, offset", &["mapping::a_record_that_cannot_be_mapped_stops_the_sink_at_that_record", "formats::explicit_mappings_reach_nested_fields_and_name_what_is_missing"]),
+    ("the table and constraint (or column) it names, and its detail", &["rejected::a_refused_row_is_named_with_its_column_constraint_and_detail", "rejected::a_refused_row_stops_the_sink_at_that_record"]),
+    ("` it is kept in `kafka_dead_letters` in the same transaction", &["bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("several records for one key in a batch are fine, and the last one wins", &["upsert::upsert_keeps_the_last_record_per_key_and_leaves_absent_columns_alone", "formats::upsert_applies_updates_and_tombstones_in_order_per_key", "crash::kill_9_at_random_moments_in_upsert_mode_loses_nothing"]),
+    ("Columns a record does not carry (absent, not `null`", &["upsert::a_partial_upsert_leaves_the_columns_it_does_not_carry_alone", "upsert::upsert_keeps_the_last_record_per_key_and_leaves_absent_columns_alone", "src/mapping/tests.rs::upsert_leaves_absent_columns_out_in_every_format"]),
+    ("a record with another list seals the batch first and ordering stays exact", &["upsert::a_partial_upsert_leaves_the_columns_it_does_not_carry_alone"]),
+    ("A `NOT NULL` column without a default must be in every upsert record", &["upsert::a_partial_upsert_leaves_the_columns_it_does_not_carry_alone"]),
+    ("stores the low and high watermarks", &["operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain"]),
+    ("the low watermark stands in for a partition never", &["operations::a_partition_never_committed_lags_from_its_low_watermark"]),
+    ("keep their last observation", &["operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain"]),
+    ("prints one line per partition with totals per topic and overall", &["operations::lag_and_offsets_show_print_every_partition_with_totals_per_topic", "operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain"]),
+    ("`total_lag`, `partitions[]`). `--max-lag N` exits 1 when the total lag exceeds N", &["operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain", "positions::positions_reach_the_end_of_topics_written_by_transactional_producers"]),
+    ("`kafka.mirror_commits = true` commits each position to the Kafka consumer group", &["operations::mirrored_positions_are_visible_to_a_plain_kafka_group_offset_query"]),
+    ("never reads those commits", &["operations::the_sink_commits_to_kafka_only_when_mirroring_and_never_resumes_from_kafka"]),
+    ("`reset` refuses topics the sink does not read, partitions that do not exist and offsets outside", &["operations::offsets_reset_to_every_target_and_under_a_running_sink"]),
+    ("records it in `kafka_offset_events`", &["operations::offsets_reset_to_every_target_and_under_a_running_sink"]),
+    ("or within 5 s when idle", &["operations::a_reset_during_a_drain_records_the_position_it_replaced", "operations::offsets_reset_to_every_target_and_under_a_running_sink"]),
+    ("`http.enabled = false` turns it off", &["cli::http_enabled_false_serves_nothing", "src/config.rs::every_documented_default_holds"]),
+    ("port `0` picks a free one (the log says which", &["operations::metrics_are_scraped_and_parsed_and_health_answers"]),
+    ("`200 ok` while the process runs", &["operations::metrics_are_scraped_and_parsed_and_health_answers", "operations::readiness_flips_while_postgres_is_down"]),
+    ("when partitions are assigned, PostgreSQL answers", &["metrics::ready_is_503_without_an_assigned_partition_and_without_a_broker", "operations::readiness_flips_while_postgres_is_down", "operations::metrics_are_scraped_and_parsed_and_health_answers"]),
+    ("records taken from Kafka", &["operations::metrics_are_scraped_and_parsed_and_health_answers", "rejected::dead_lettered_rows_are_not_counted_as_written"]),
+    ("one per record applied", &["metrics::rows_written_counts_every_upserted_and_deleted_record", "operations::metrics_are_scraped_and_parsed_and_health_answers", "rejected::dead_lettered_rows_are_not_counted_as_written"]),
+    ("batch transactions committed", &["metrics::batches_committed_and_the_latency_histograms_count_each_committed_transaction"]),
+    ("`stale`: a batch queued behind a failed one", &["operations::a_reset_during_a_drain_records_the_position_it_replaced", "supervision::batches_queued_behind_a_failure_are_not_counted_as_fenced"]),
+    ("commits refused because another owner", &["operations::a_reset_during_a_drain_records_the_position_it_replaced", "supervision::batches_queued_behind_a_failure_are_not_counted_as_fenced"]),
+    ("records written to `kafka_dead_letters` (refused", &["rejected::dead_lettered_rows_are_not_counted_as_written"]),
+    ("rebalances handled", &["metrics::a_revoke_is_counted_and_the_revoked_partitions_gauges_disappear", "operations::metrics_are_scraped_and_parsed_and_health_answers"]),
+    ("BEGIN to COMMIT of a batch", &["metrics::batches_committed_and_the_latency_histograms_count_each_committed_transaction"]),
+    ("a batch's first record buffered to COMMIT", &["metrics::batches_committed_and_the_latency_histograms_count_each_committed_transaction"]),
+    ("records after the stored position", &["operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain", "operations::metrics_are_scraped_and_parsed_and_health_answers"]),
+    ("the two ends of the lag", &["operations::lag_is_right_in_sql_and_from_the_cli_while_records_wait_and_after_they_drain"]),
+    ("`kafka_pg_sink_assigned_partitions` | gauge", &["operations::metrics_are_scraped_and_parsed_and_health_answers"]),
+    ("Per-partition gauges disappear three watermark", &["metrics::a_revoke_is_counted_and_the_revoked_partitions_gauges_disappear"]),
+    ("`rows_committed` without dead letters, `dead_letters` apart", &["rejected::dead_lettered_rows_are_not_counted_as_written", "rejected::a_refused_row_stops_the_sink_at_that_record", "src/stats.rs::percentiles_reflect_what_was_recorded"]),
+    ("A TOML file (`--config`, or `KAFKA_PG_SINK_CONFIG`)", &["cli::the_config_file_can_come_from_kafka_pg_sink_config", "cli::settings_are_overridden_by_environment_then_flags", "src/config.rs::flags_and_set_override_the_file"]),
+    ("`DATABASE_URL` and `KAFKA_BOOTSTRAP_SERVERS` (the prefixed forms win)", &["cli::bootstrap_servers_come_from_the_file_then_the_environment_then_the_flag", "cli::settings_are_overridden_by_environment_then_flags"]),
+    ("flags `--database-url`, `--bootstrap-servers`, `--group-id`", &["cli::bootstrap_servers_come_from_the_file_then_the_environment_then_the_flag", "cli::settings_are_overridden_by_environment_then_flags", "cli::migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide", "cli::json_logs_are_one_object_per_line_and_carry_the_progress_line", "src/config.rs::flags_and_set_override_the_file"]),
+    ("`${NAME}` in `postgres.url` and in `kafka.properties` values is replaced by the environment variable", &["src/config.rs::secrets_can_come_from_the_environment", "cli::migrate_reads_the_password_from_the_environment_like_run_and_check", "security::kafka_over_sasl_scram_and_over_ssl_delivers_exactly_once"]),
+    ("Unknown keys are errors (a typo is named, not ignored).", &["src/config.rs::unknown_keys_are_rejected_by_name", "cli::check_names_each_problem_in_a_bad_config", "cli::json_logs_are_one_object_per_line_and_carry_the_progress_line"]),
+    ("`examples/orders.toml` is a complete,", &["cli::the_example_config_migrates_checks_and_drains_into_the_example_table"]),
+    ("| `watermark_interval` | `5s` |", &["src/config.rs::every_documented_default_holds"]),
+    ("`classic` (cooperative-sticky assignor) or `consumer` (KIP-848)", &["src/consumer.rs::the_consumer_gets_the_documented_settings_per_protocol"]),
+    ("may keep failing before `run` exits 1 with the reason", &["supervision::run_with_a_wrong_kafka_password_says_not_ready_then_exits_1"]),
+    ("`fail` (stop and say how to continue)", &["out_of_range::deleted_history_stops_the_sink_or_is_skipped_and_recorded_by_policy", "out_of_range::a_position_lost_while_running_moves_to_latest_or_stops_the_sink_by_policy"]),
+    ("classic protocol only; KIP-848 takes it from the broker", &["src/consumer.rs::the_consumer_gets_the_documented_settings_per_protocol", "src/config.rs::every_documented_default_holds"]),
+    ("`auto.offset.reset`, `group.id` and `bootstrap.servers` are managed by the sink", &["src/config.rs::every_managed_kafka_property_is_refused", "src/config.rs::managed_kafka_properties_are_refused"]),
+    ("The sink sets `enable.auto.commit=false`, `enable.auto.offset.store=false`,", &["src/consumer.rs::the_consumer_gets_the_documented_settings_per_protocol", "src/consumer.rs::user_properties_override_the_fetch_settings", "src/config.rs::every_managed_kafka_property_is_refused"]),
+    ("never logged (passwords are shown as `***`", &["security::secrets_never_appear_in_logs_errors_or_check_output", "cli::check_reports_what_it_found_and_hides_the_password", "src/config.rs::the_password_never_shows_in_debug_output"]),
+    ("| `idle_in_transaction_timeout` | `60s` |", &["src/config.rs::every_documented_default_holds"]),
+    ("| `connect_timeout` | `10s` | per connection attempt |", &["cli::connect_timeout_bounds_an_attempt_to_a_server_that_never_answers", "src/config.rs::every_documented_default_holds"]),
+    ("bound on any statement of a batch transaction", &["batching::statement_timeout_fails_a_stuck_batch_which_is_rewound_and_retried"]),
+    ("| `retry_backoff_min` / `retry_backoff_max` | `100ms` / `30s` |", &["src/config.rs::every_documented_default_holds", "src/pipeline/mod.rs::backoff_grows_from_the_minimum_to_the_cap_with_jitter"]),
+    ("`text` or `json` (one object per line)", &["cli::json_logs_are_one_object_per_line_and_carry_the_progress_line"]),
+    ("progress line (records/s, rows/s, rows committed, commit latency)", &["cli::json_logs_are_one_object_per_line_and_carry_the_progress_line", "src/config.rs::every_documented_default_holds"]),
+    ("`RUST_LOG` filters output (default `info`", &["cli::rust_log_filters_what_is_logged"]),
+    ("a regular expression (anchored at the start): every matching topic", &["formats::a_pattern_subscription_picks_up_a_topic_created_while_running", "src/routing.rs::names_win_over_patterns_and_templates_sanitise"]),
+    ("names are cut at 63 bytes like PostgreSQL does", &["src/routing.rs::names_win_over_patterns_and_templates_sanitise"]),
+    ("the target table's schema", &["mapping::the_schema_setting_writes_into_a_table_outside_public", "src/config.rs::defaults_fill_the_gaps"]),
+    ("`insert` (`upsert` for debezium", &["formats::debezium_changes_replicate_the_source_state"]),
+    ("upsert key columns; must be the primary key or a unique index", &["mapping::upsert_by_a_unique_index_that_is_not_the_primary_key", "src/mapping/tests.rs::upsert_keys_must_be_backed_by_a_unique_index", "formats::upsert_applies_updates_and_tombstones_in_order_per_key"]),
+    ("a JSON object's fields by name, or a plain string or number", &["src/mapping/tests.rs::key_from_key_reads_plain_and_object_keys", "formats::upsert_applies_updates_and_tombstones_in_order_per_key"]),
+    ("a record with a null value deletes its key's row (key columns from the record key", &["formats::upsert_applies_updates_and_tombstones_in_order_per_key", "src/mapping/tests.rs::tombstones_delete_by_the_record_key_when_asked", "cli::check_validates_modes_formats_and_columns_against_the_table"]),
+    ("text: must be UTF-8; bytea: anything", &["src/mapping/tests.rs::raw_text_must_be_utf8_and_raw_bytea_takes_any_bytes", "src/mapping/tests.rs::raw_values_go_whole_into_one_column", "formats::raw_values_land_whole_with_their_metadata"]),
+    ("map every column not otherwise mapped to the value field of the same name", &["src/mapping/tests.rs::fields_map_by_name_and_unknown_fields_are_ignored", "formats::explicit_mappings_reach_nested_fields_and_name_what_is_missing"]),
+    ("larger records (key + value) are errors (`too_large`) without being decoded", &["src/mapping/tests.rs::max_record_bytes_counts_key_and_value_and_refuses_before_decoding", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("a column that is not a timestamp, timestamptz or date is refused at startup", &["formats::schemaless_debezium_microseconds_land_exactly_with_their_time_unit", "src/config.rs::a_topic_time_unit_of_days_is_refused", "src/mapping/tests.rs::time_units_must_name_time_columns_and_fit_them"]),
+    ("A named topic's entry wins over a pattern that also matches it", &["src/routing.rs::names_win_over_patterns_and_templates_sanitise"]),
+    ("exist stops the sink with the table's name (tables are never created implicitly)", &["mapping::a_topic_whose_table_does_not_exist_stops_the_sink_and_no_table_is_created", "cli::check_names_each_problem_in_a_bad_config"]),
+    ("read from PostgreSQL at startup", &["cli::check_reports_what_it_found_and_hides_the_password", "cli::check_validates_modes_formats_and_columns_against_the_table"]),
+    ("`\"/items/0\"` indexes arrays; `\"value:\"` is the whole value", &["formats::explicit_mappings_reach_nested_fields_and_name_what_is_missing", "src/mapping/tests.rs::explicit_columns_take_pointers_keys_metadata_constants_and_defaults"]),
+    ("the whole record key (JSON if it parses, else its text", &["src/mapping/tests.rs::explicit_columns_take_pointers_keys_metadata_constants_and_defaults", "src/mapping/envelope.rs::keys_are_json_or_plain_text"]),
+    ("a JSON pointer into the record key", &["src/mapping/tests.rs::key_pointers_read_fields_of_the_record_key"]),
+    ("`\"meta:topic\"`, `\"meta:partition\"`, `\"meta:offset\"`", &["src/mapping/tests.rs::meta_sources_fill_columns_like_the_metadata_settings", "src/mapping/tests.rs::explicit_columns_take_pointers_keys_metadata_constants_and_defaults"]),
+    ("tables and arrays become JSON, dates and times their text", &["src/mapping/tests.rs::constants_are_any_toml_value_and_tables_and_arrays_become_json"]),
+    ("A column without a value takes its default", &["formats::explicit_mappings_reach_nested_fields_and_name_what_is_missing", "mapping::every_supported_type_and_metadata_column_round_trips", "src/mapping/tests.rs::errors_name_the_column_and_the_problem", "src/mapping/tests.rs::missing_defaulted_columns_are_left_out_of_the_row"]),
+    ("A column nothing maps to that is `NOT NULL` without a default is refused at startup", &["src/mapping/tests.rs::a_not_null_column_nothing_maps_to_is_refused_at_startup"]),
+    ("A JSON `null` is SQL `NULL`", &["mapping::every_supported_type_and_metadata_column_round_trips", "upsert::a_partial_upsert_leaves_the_columns_it_does_not_carry_alone"]),
+    ("**`json`** (default): the value is a JSON object", &["bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once", "src/mapping/tests.rs::errors_name_the_column_and_the_problem"]),
+    ("taken as written", &["formats::connect_json_records_load_with_their_schema", "formats::connect_decimals_load_from_base64_and_from_json_numbers", "src/mapping/convert.rs::connect_decimals_decode_exactly", "src/mapping/convert.rs::connect_decimals_come_as_base64_or_as_json_numbers", "src/mapping/envelope.rs::connect_envelopes_give_the_payload_and_schema_hints", "src/mapping/tests.rs::connect_decimals_and_dates_use_the_schema"]),
+    ("`d` deletes the row with `before`'s key (or the record key's)", &["src/mapping/tests.rs::a_debezium_delete_without_before_deletes_by_the_record_key", "src/mapping/tests.rs::debezium_deletes_use_before_or_the_key", "formats::debezium_changes_replicate_the_source_state"]),
+    ("truncate, `m` message) are never skipped: they are `decode` errors", &["formats::debezium_truncates_and_messages_stop_the_sink_or_become_decode_dead_letters", "src/mapping/tests.rs::debezium_truncates_and_messages_are_decode_errors_not_skips"]),
+    ("Schema hints understood: Connect `Decimal`", &["src/mapping/tests.rs::debezium_variable_scale_decimals_and_json_strings_follow_their_schema", "formats::connect_json_records_load_with_their_schema", "formats::schemaless_debezium_microseconds_land_exactly_with_their_time_unit", "src/mapping/envelope.rs::debezium_events_become_writes_and_deletes"]),
+    ("**`insert`**: every record becomes a row. Exactly once means no duplicates even without a key", &["delivery::ten_thousand_records_become_exactly_ten_thousand_rows_with_their_values", "crash::kill_9_at_random_moments_loses_and_duplicates_nothing"]),
+    ("A tombstone in any other configuration is an error that stops the sink at that record", &["src/mapping/tests.rs::a_tombstone_is_an_error_not_a_silent_drop", "src/mapping/envelope.rs::connect_envelopes_give_the_payload_and_schema_hints", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("string; numbers, booleans, objects and arrays as their JSON text", &["src/mapping/convert.rs::text_takes_strings_and_the_json_text_of_anything_else", "mapping::text_columns_take_the_json_text_of_non_strings_and_char_pads", "mapping::every_supported_type_and_metadata_column_round_trips", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("integer number, or a string holding one; Connect decimals with scale 0", &["src/mapping/convert.rs::integers_refuse_fractions_and_what_does_not_fit", "src/mapping/convert.rs::connect_decimals_come_as_base64_or_as_json_numbers", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("any precision and exponent", &["mapping::every_supported_type_and_metadata_column_round_trips", "src/pgcopy.rs::numeric_matches_postgres_layout", "src/pgcopy.rs::numeric_rejects_what_is_not_a_number", "src/pgcopy.rs::numeric_encoding_preserves_every_digit", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once", "formats::connect_decimals_load_from_base64_and_from_json_numbers"]),
+    ("a string holding one", &["src/mapping/convert.rs::floats_take_numbers_and_numeric_strings_but_never_overflow", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("`true`/`false` (or those strings)", &["src/mapping/convert.rs::booleans_are_true_or_false_as_json_or_strings_and_nothing_else", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("an integer in the column's unit", &["src/mapping/convert.rs::timestamps_accept_iso_strings_and_epoch_units", "src/mapping/convert.rs::every_time_unit_reads_integers_before_and_after_1970", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("`YYYY-MM-DD`; an integer in the column's unit", &["src/mapping/convert.rs::dates_refuse_strings_that_are_not_dates", "src/mapping/convert.rs::every_time_unit_reads_integers_before_and_after_1970", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("`uuid` | UUID string | anything else", &["src/mapping/convert.rs::uuids_must_be_uuid_strings", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("any JSON value, stored as sent (jsonb normalises)", &["src/mapping/convert.rs::json_is_stored_as_sent_but_never_with_nul", "src/mapping/tests.rs::debezium_variable_scale_decimals_and_json_strings_follow_their_schema", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("base64 string (standard alphabet) | invalid base64", &["src/mapping/convert.rs::bytea_takes_standard_base64_and_refuses_anything_else", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("A record whose schema gives the field another unit is a `mapping` error", &["src/mapping/tests.rs::time_units_apply_per_topic_and_per_column", "src/mapping/tests.rs::a_schema_unit_beats_the_topic_unit_but_must_agree_with_a_column_unit", "formats::schemaless_debezium_microseconds_land_exactly_with_their_time_unit"]),
+    ("finer digits (nanoseconds) are dropped toward the past", &["src/mapping/convert.rs::every_time_unit_reads_integers_before_and_after_1970", "formats::schemaless_debezium_microseconds_land_exactly_with_their_time_unit"]),
+    ("`check` warns about each time column that reads integers", &["cli::check_warns_about_integer_times_without_a_unit", "src/mapping/tests.rs::only_time_columns_fed_from_the_record_without_a_unit_are_guesses"]),
+    ("`headers` keeps every header as sent, in order, repeated names included", &["src/mapping/tests.rs::header_columns_store_what_was_sent_and_text_refuses_what_it_cannot_hold", "mapping::every_supported_type_and_metadata_column_round_trips"]),
+    ("Generated columns and identity columns `GENERATED ALWAYS` are never written.", &["mapping::generated_and_identity_columns_are_left_to_postgres"]),
+    ("are refused at startup with the column's name", &["mapping::a_column_type_the_sink_cannot_write_stops_it_at_startup_naming_the_column"]),
+    ("**in the same transaction** as its batch and the offsets", &["dead_letters::dead_letters_commit_with_their_batch_through_kill_9", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("its row is refreshed (new reason, `failed_at`) rather than duplicated", &["bad_input::a_reread_after_a_reset_dead_letters_again_in_place"]),
+    ("a constraint (unique, check, not null, foreign key)", &["dead_letters::every_error_kind_reaches_its_dead_letter", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("those rows become dead letters and the rest commits normally", &["bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once", "rejected::dead_lettered_rows_are_not_counted_as_written"]),
+    ("Errors that no row explains (a missing table, a", &["security::errors_no_row_explains_stop_the_sink_instead_of_dead_lettering"]),
+    ("so the topic gets each", &["dead_letters::dead_letters_commit_with_their_batch_through_kill_9", "bad_input::a_dead_letter_keeps_every_header_of_its_record_byte_for_byte"]),
+    ("kafka-pg-sink dead-letters list --config sink.toml [--topic orders] [--json]", &["dead_letters::dead_letters_are_listed_and_replayed_as_selected"]),
+    ("one that still fails stays there with the new reason (and the command", &["dead_letters::dead_letters_are_listed_and_replayed_as_selected", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("In upsert mode a replayed record overwrites any newer row with its key", &["dead_letters::a_replay_in_upsert_mode_overwrites_a_newer_row_for_its_key"]),
+    ("a transaction fails (connection lost, server restart, serialization failure, deadlock, admin shutdown, timeout)", &["batching::serialization_failures_and_deadlocks_are_retried_to_exactly_once", "batching::statement_timeout_fails_a_stuck_batch_which_is_rewound_and_retried", "faults::writer_sessions_killed_mid_transaction_roll_back_and_rewind", "faults::a_commit_whose_answer_is_lost_is_resolved_by_rereading_not_by_guessing", "restarts::postgres_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing"]),
+    ("a committed batch is not written again, an uncommitted one is", &["faults::a_commit_whose_answer_is_lost_is_resolved_by_rereading_not_by_guessing"]),
+    ("PostgreSQL down during a rebalance", &["faults::a_claim_the_network_never_answers_is_abandoned_client_side_and_retried", "supervision::a_claim_the_database_never_answers_stops_the_sink_within_the_poll_interval"]),
+    ("a writer task dies", &["supervision::a_writer_that_panics_stops_the_sink_with_exit_1_and_a_restart_completes"]),
+    ("a broker certificate the configured CA did not sign", &["security::a_rejected_broker_certificate_says_not_ready_then_exits_1", "supervision::run_with_a_wrong_kafka_password_says_not_ready_then_exits_1"]),
+    ("the Kafka broker restarts or is unreachable", &["restarts::the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicates_nothing"]),
+    ("`INFO revoked … lost=true`, or `WARN fenced: another consumer owns these partitions now`", &["zombie::a_claim_ends_the_session_of_a_previous_owner_stopped_inside_a_transaction"]),
+    ("outside its range L..H", &["out_of_range::deleted_history_stops_the_sink_or_is_skipped_and_recorded_by_policy", "out_of_range::a_position_lost_while_running_moves_to_latest_or_stops_the_sink_by_policy", "out_of_range::a_recreated_topic_stops_the_sink_with_its_range"]),
+    ("names from configuration are always quoted", &["security::hostile_identifiers_are_quoted_never_executed", "src/schema.rs::identifiers_are_quoted_and_escaped"]),
+    ("`password`, `secret`, `token`, `sasl.jaas.config`, `ssl.key.pem` or `private`", &["src/config.rs::every_secret_looking_property_is_redacted", "cli::check_hides_every_secret_looking_property", "src/consumer.rs::a_refused_secret_property_does_not_repeat_its_value", "security::secrets_never_appear_in_logs_errors_or_check_output"]),
+    ("every command (`migrate` too) reads the URL this way, and a variable that is not set is an error naming it", &["cli::migrate_reads_the_password_from_the_environment_like_run_and_check", "src/config.rs::migrate_reads_the_url_as_run_does"]),
+    ("`migrate`, `check` and `run` use the same connection code", &["security::postgres_over_verified_tls"]),
+    ("Tested here: `SSL` with `ssl.ca.location`, and `SASL_PLAINTEXT` with `PLAIN`", &["security::kafka_over_sasl_scram_and_over_ssl_delivers_exactly_once", "security::gssapi_is_not_built_in", "security::secrets_never_appear_in_logs_errors_or_check_output"]),
+    ("`security::the_documented_minimal_grants_are_enough` runs the", &["security::the_documented_minimal_grants_are_enough"]),
+    ("Fencing a stopped previous owner ends that session with `pg_terminate_backend`", &["zombie::a_claim_ends_a_stopped_owner_under_the_documented_minimal_grants"]),
+    ("nested deeper than 64 levels is refused before it is parsed", &["src/mapping/tests.rs::nesting_of_64_levels_is_accepted_and_65_refused", "src/mapping/tests.rs::deep_nesting_is_refused_but_brackets_in_strings_do_not_count", "bad_input::every_offset_becomes_a_row_or_a_dead_letter_exactly_once"]),
+    ("creates or upgrades the sink's tables; safe to run repeatedly and concurrently", &["cli::migrate_upgrades_a_database_migrated_to_v1_only", "cli::migrate_twice_is_a_no_op_and_concurrent_runs_do_not_collide", "cli::migrate_reads_the_password_from_the_environment_like_run_and_check"]),
+    ("exits 1 listing every problem", &["cli::check_names_each_problem_in_a_bad_config", "cli::check_reports_what_it_found_and_hides_the_password", "cli::check_warns_about_integer_times_without_a_unit", "cli::connect_timeout_bounds_an_attempt_to_a_server_that_never_answers", "cli::check_hides_every_secret_looking_property"]),
+    ("exits 0 after a clean stop, 1 on an error that needs a person (the log line says what to do", &["delivery::ten_thousand_records_become_exactly_ten_thousand_rows_with_their_values", "rejected::a_refused_row_stops_the_sink_at_that_record", "supervision::a_claim_the_database_never_answers_stops_the_sink_within_the_poll_interval", "supervision::a_writer_that_panics_stops_the_sink_with_exit_1_and_a_restart_completes", "supervision::batches_queued_behind_a_failure_are_not_counted_as_fenced", "supervision::run_with_a_wrong_kafka_password_says_not_ready_then_exits_1", "out_of_range::deleted_history_stops_the_sink_or_is_skipped_and_recorded_by_policy"]),
+    ("| `kafka-pg-sink offsets show` / `reset` | read and move positions safely", &["operations::lag_and_offsets_show_print_every_partition_with_totals_per_topic", "operations::offsets_reset_to_every_target_and_under_a_running_sink"]),
+];
+
+/// Where a test named in `CLAIMS` lives, and whether a function of that name is there.
+fn test_exists(root: &std::path::Path, test: &str) -> bool {
+    let Some((file, name)) = test.rsplit_once("::") else {
+        return false;
+    };
+    let path = if file.starts_with("src/") {
+        root.join(file)
+    } else {
+        root.join("tests/it").join(format!("{file}.rs"))
+    };
+    std::fs::read_to_string(&path)
+        .is_ok_and(|text| text.contains(&format!("fn {name}(")))
+}
+
+#[test]
+fn every_readme_promise_is_listed_with_tests_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Sentences wrap across lines in README.md: compare with white space folded.
+    let readme = std::fs::read_to_string(root.join("README.md"))
+        .expect("README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut problems = Vec::new();
+    for (fragment, tests) in CLAIMS {
+        if !readme.contains(fragment) {
+            problems.push(format!("README.md no longer says {fragment:?}"));
+        }
+        if tests.is_empty() {
+            problems.push(format!("{fragment:?} names no test"));
+        }
+        for test in tests.iter().filter(|t| !test_exists(root, t)) {
+            problems.push(format!("{fragment:?}: test {test} does not exist"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "README promises and their tests drifted apart:\n{}",
+        problems.join("\n")
+    );
+}
