@@ -181,8 +181,7 @@ fn test_exists(root: &std::path::Path, test: &str) -> bool {
     } else {
         root.join("tests/it").join(format!("{file}.rs"))
     };
-    std::fs::read_to_string(&path)
-        .is_ok_and(|text| text.contains(&format!("fn {name}(")))
+    std::fs::read_to_string(&path).is_ok_and(|text| text.contains(&format!("fn {name}(")))
 }
 
 #[test]
