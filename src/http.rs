@@ -25,14 +25,14 @@ struct AppState {
 }
 
 /// Binds `listen` and serves until shutdown; returns the address actually bound (port 0
-/// picks a free one).
+/// picks a free one) and the serving task, to join at shutdown.
 pub async fn serve(
     listen: SocketAddr,
     metrics: PrometheusHandle,
     health: Arc<Health>,
     pool: PgPool,
     shutdown: Shutdown,
-) -> anyhow::Result<SocketAddr> {
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen} for /metrics, /health and /ready: {e} (set http.listen, or http.enabled = false)"))?;
@@ -46,7 +46,7 @@ pub async fn serve(
             health,
             pool,
         });
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.triggered().await })
             .await;
@@ -55,7 +55,7 @@ pub async fn serve(
         }
     });
     tracing::info!(address = %bound, "serving /metrics, /health and /ready");
-    Ok(bound)
+    Ok((bound, task))
 }
 
 /// The Prometheus text format's content type, so scrapers need not guess.

@@ -15,7 +15,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::health::Health;
 use crate::offsets::TopicPartition;
-use crate::pipeline::{PartitionControl, Pipeline};
+use crate::pipeline::{PartitionControl, Pipeline, SeekFailure};
 use crate::shutdown::Shutdown;
 use crate::watermarks::Watermarks;
 
@@ -271,7 +271,7 @@ impl PartitionControl for BaseConsumer<SinkContext> {
         }
     }
 
-    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)> {
+    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, SeekFailure)> {
         if targets.is_empty() {
             return Vec::new();
         }
@@ -285,15 +285,24 @@ impl PartitionControl for BaseConsumer<SinkContext> {
                     e.error().err().map(|err| {
                         (
                             TopicPartition::new(e.topic(), e.partition()),
-                            err.to_string(),
+                            seek_failure(&err),
                         )
                     })
                 })
                 .collect(),
             Err(e) => targets
                 .iter()
-                .map(|(tp, _)| (tp.clone(), e.to_string()))
+                .map(|(tp, _)| (tp.clone(), seek_failure(&e)))
                 .collect(),
         }
+    }
+}
+
+/// Sorts a seek error by librdkafka's code: a stopped fetcher has its own remedy.
+fn seek_failure(error: &KafkaError) -> SeekFailure {
+    use rdkafka::types::RDKafkaErrorCode;
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::State) => SeekFailure::FetcherStopped(error.to_string()),
+        _ => SeekFailure::Other(error.to_string()),
     }
 }

@@ -146,15 +146,16 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     let summary = stats.clone();
     let health = Arc::new(Health::default());
     let watermarks = Arc::new(Watermarks::default());
-    watermarks.spawn_recorder(
+    // Every background task, joined after the shutdown signal.
+    let mut tasks = vec![watermarks.spawn_recorder(
         pool.clone(),
         settings.kafka.group_id.clone(),
         settings.kafka.watermark_interval,
         shutdown.clone(),
-    );
+    )];
     if settings.http.enabled {
         let handle = meters::install(settings.kafka.watermark_interval * 3)?;
-        http::serve(
+        let (_, task) = http::serve(
             settings.http.listen,
             handle,
             health.clone(),
@@ -162,8 +163,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
             shutdown.clone(),
         )
         .await?;
+        tasks.push(task);
     }
-    stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone());
+    tasks.push(stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone()));
     let router = Router::new(&settings.topics)?;
     let pipeline = Pipeline::new(PipelineParts {
         routes,
@@ -204,10 +206,14 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     for task in writer_tasks {
         let _ = task.await;
     }
-    summary.log_summary();
-    // Stop the progress line and anything else still waiting.
+    // Stop the progress line, the watermark recorder and the HTTP endpoint, and wait for each,
+    // so the summary is the last line and no query outlives the pool.
     shutdown.trigger();
+    for task in tasks {
+        // Bounded: a scraper holding a request open must not keep the process alive.
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    summary.log_summary();
     pool.close().await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
     result.map_err(anyhow::Error::from)
 }

@@ -171,8 +171,13 @@ impl Stats {
         );
     }
 
-    /// Logs a line every `interval` with rates since the previous line, until shutdown.
-    pub fn spawn_progress_log(self: &Arc<Self>, interval: Duration, shutdown: Shutdown) {
+    /// Logs a line every `interval` with rates since the previous line, until shutdown; join
+    /// the handle so no progress line follows the summary.
+    pub fn spawn_progress_log(
+        self: &Arc<Self>,
+        interval: Duration,
+        shutdown: Shutdown,
+    ) -> tokio::task::JoinHandle<()> {
         let stats = self.clone();
         tokio::spawn(async move {
             let mut last = (Instant::now(), 0u64, 0u64, 0u64);
@@ -206,7 +211,7 @@ impl Stats {
                 );
                 last = (now, consumed, rows, batches);
             }
-        });
+        })
     }
 }
 

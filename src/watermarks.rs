@@ -52,14 +52,15 @@ impl Watermarks {
             .collect()
     }
 
-    /// Stores the watermarks and refreshes the lag gauges every `interval`, until shutdown.
+    /// Stores the watermarks and refreshes the lag gauges every `interval`, until shutdown;
+    /// join the handle so no write outlives the pool.
     pub fn spawn_recorder(
         self: &Arc<Self>,
         pool: PgPool,
         group: String,
         interval: Duration,
         shutdown: Shutdown,
-    ) {
+    ) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
@@ -89,7 +90,7 @@ impl Watermarks {
                     }
                 }
             }
-        });
+        })
     }
 }
 

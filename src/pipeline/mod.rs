@@ -39,7 +39,7 @@ pub trait PartitionControl {
     /// must follow.
     fn resume(&self, tps: &[TopicPartition]);
     /// Seeks each partition and returns the ones that failed, with the reason.
-    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, String)>;
+    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, SeekFailure)>;
     /// The partition's low and high watermarks (first offset, offset after the last).
     fn watermarks(&self, tp: &TopicPartition) -> Result<(i64, i64), String>;
     /// Restarts a partition's fetcher at `offset` by taking it out of the assignment and
@@ -52,6 +52,25 @@ pub trait PartitionControl {
     /// seek; `None` before the first one. Transaction markers and aborted records move it
     /// without ever reaching `on_record`.
     fn positions(&self, tps: &[TopicPartition]) -> Vec<Option<i64>>;
+}
+
+/// Why a partition could not be seeked, told apart by librdkafka's error code (never by its
+/// message text), because one of them has its own remedy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeekFailure {
+    /// `RD_KAFKA_RESP_ERR__STATE`: the partition's fetcher stopped on an error (an offset out
+    /// of range) and no seek moves it; restarting the fetcher does.
+    FetcherStopped(String),
+    /// Anything else: retried after a backoff.
+    Other(String),
+}
+
+impl fmt::Display for SeekFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SeekFailure::FetcherStopped(why) | SeekFailure::Other(why) => f.write_str(why),
+        }
+    }
 }
 
 /// A topic and the mapping of its records onto its table.

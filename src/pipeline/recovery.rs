@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{backoff, start_offset, Fatal, PartitionControl, Pipeline, Status};
+use super::{backoff, start_offset, Fatal, PartitionControl, Pipeline, SeekFailure, Status};
 use crate::config::ResetPolicy;
 use crate::offsets::{StoredOffset, TopicPartition};
 
@@ -194,13 +194,10 @@ impl Pipeline {
         // Resume first: resuming restarts fetching after the last delivered record, and the
         // seek that follows moves it to the stored offset (older fetches are discarded).
         ctl.resume(&tps);
-        let failed = ctl.seek(&targets);
-        let mut failed = failed;
+        let mut failed = ctl.seek(&targets);
         for (tp, offset) in &targets {
             if let Some((_, why)) = failed.iter().find(|(f, _)| f == tp) {
-                // A partition whose fetch ended in an error (an offset out of range) is in a
-                // state no seek leaves; restarting its fetcher does.
-                if why.contains("Erroneous state") {
+                if matches!(why, SeekFailure::FetcherStopped(_)) {
                     match ctl.restart_at(tp, *offset) {
                         Ok(()) => {
                             tracing::info!(%tp, "fetcher restarted at the stored offset");
