@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
 
 use bytesize::ByteSize;
@@ -14,6 +15,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::ConnectOptions;
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
 pub const ENV_PREFIX: &str = "KAFKA_PG_SINK_";
@@ -153,6 +156,62 @@ pub struct PostgresSettings {
         with = "humantime_serde"
     )]
     pub idle_in_transaction_timeout: Duration,
+}
+
+/// Which part of the sink a PostgreSQL session serves. Each gets the session settings that
+/// bound what it can hold, from the one place that builds connection options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionRole {
+    /// A writer's connection: no statement runs forever, and a transaction whose client went
+    /// away releases its offset rows.
+    Writer,
+    /// The shared pool of the consumer thread, the HTTP endpoint and the CLI verbs: claims,
+    /// rereads and table descriptions run on the consumer thread, so none runs unbounded.
+    Control,
+    /// `migrate`: a migration may take long, and its advisory lock waits for another run.
+    Migrate,
+}
+
+impl PostgresSettings {
+    /// Only a URL, the other settings at their defaults: for `migrate`, which reads nothing else.
+    pub fn with_url(url: SecretString) -> Self {
+        Self {
+            url,
+            writers: default_writers(),
+            connect_timeout: default_connect_timeout(),
+            statement_timeout: default_statement_timeout(),
+            lock_timeout: default_lock_timeout(),
+            idle_in_transaction_timeout: default_idle_in_transaction_timeout(),
+        }
+    }
+
+    /// Connection options for a session of `role`. A writer's and the pool's sessions name
+    /// themselves `kafka-pg-sink`, the only sessions a claim's fence may end; `migrate` names
+    /// itself apart, so no fence ever ends a migration. Statements are logged at trace.
+    pub fn connect_options(&self, role: SessionRole) -> Result<PgConnectOptions, sqlx::Error> {
+        let ms = |d: Duration| d.as_millis().max(1).to_string();
+        let name = match role {
+            SessionRole::Writer | SessionRole::Control => crate::offsets::APPLICATION_NAME,
+            SessionRole::Migrate => "kafka-pg-sink-migrate",
+        };
+        let options = PgConnectOptions::from_str(self.url.expose_secret())?
+            .application_name(name)
+            .log_statements(tracing::log::LevelFilter::Trace)
+            .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(10));
+        Ok(match role {
+            SessionRole::Writer => options.options([
+                ("statement_timeout", ms(self.statement_timeout)),
+                (
+                    "idle_in_transaction_session_timeout",
+                    ms(self.idle_in_transaction_timeout),
+                ),
+            ]),
+            SessionRole::Control => {
+                options.options([("statement_timeout", ms(self.statement_timeout))])
+            }
+            SessionRole::Migrate => options,
+        })
+    }
 }
 
 /// Limits that close a batch; whichever is reached first wins.
@@ -843,6 +902,37 @@ pub fn is_secret_key(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_session_role_gets_the_bounds_it_needs() {
+        let pg = PostgresSettings {
+            statement_timeout: Duration::from_secs(7),
+            idle_in_transaction_timeout: Duration::from_secs(9),
+            ..PostgresSettings::with_url(SecretString::from("postgres://u:p@127.0.0.1:5432/db"))
+        };
+        let writer = pg.connect_options(SessionRole::Writer).unwrap();
+        assert_eq!(writer.get_application_name(), Some("kafka-pg-sink"));
+        let options = writer.get_options().unwrap_or_default();
+        assert!(
+            options.contains("statement_timeout=7000")
+                && options.contains("idle_in_transaction_session_timeout=9000"),
+            "{options}"
+        );
+        let control = pg.connect_options(SessionRole::Control).unwrap();
+        assert_eq!(control.get_application_name(), Some("kafka-pg-sink"));
+        let options = control.get_options().unwrap_or_default();
+        assert!(
+            options.contains("statement_timeout=7000") && !options.contains("idle_in"),
+            "{options}"
+        );
+        // A fence ends only `kafka-pg-sink` sessions; a migration is never one of them.
+        let migrate = pg.connect_options(SessionRole::Migrate).unwrap();
+        assert_eq!(
+            migrate.get_application_name(),
+            Some("kafka-pg-sink-migrate")
+        );
+        assert_eq!(migrate.get_options(), None);
+    }
 
     fn write(contents: &str) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().unwrap();

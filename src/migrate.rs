@@ -10,7 +10,6 @@ use async_trait::async_trait;
 use refinery_core::traits::r#async::{AsyncQuery, AsyncTransaction};
 use refinery_core::{AsyncMigrate, Migration};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool, Row};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -82,17 +81,15 @@ fn decode_error(index: usize, e: impl std::error::Error + Send + Sync + 'static)
 
 /// Applies every pending migration; returns the names of those applied by this call.
 pub async fn apply(url: &SecretString) -> anyhow::Result<Vec<String>> {
-    let options: PgConnectOptions = url.expose_secret().parse().context("postgres.url")?;
-    let conn = options
-        .log_statements(tracing::log::LevelFilter::Trace)
-        .connect()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "connecting to PostgreSQL to migrate ({}): {e}",
-                crate::config::redact_url(url.expose_secret())
-            )
-        })?;
+    let options = crate::config::PostgresSettings::with_url(url.clone())
+        .connect_options(crate::config::SessionRole::Migrate)
+        .context("postgres.url")?;
+    let conn = options.connect().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to PostgreSQL to migrate ({}): {e}",
+            crate::config::redact_url(url.expose_secret())
+        )
+    })?;
     let mut driver = SqlxDriver(conn);
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(MIGRATION_LOCK_KEY)

@@ -6,14 +6,14 @@ use std::time::Duration;
 use anyhow::Context;
 use rdkafka::consumer::BaseConsumer;
 use secrecy::ExposeSecret;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 
-use crate::config::Settings;
+use crate::config::{SessionRole, Settings};
 use crate::consumer;
 use crate::health::Health;
 use crate::mapping::TopicMapper;
-use crate::offsets::{OffsetStore, APPLICATION_NAME};
+use crate::offsets::OffsetStore;
 use crate::pipeline::{Pipeline, PipelineParts, Route};
 use crate::rebalance::SinkContext;
 use crate::routing::Router;
@@ -26,25 +26,10 @@ use crate::{http, meters};
 /// A small pool for claims, rewinds and startup queries; batches use the writers' own
 /// connections.
 pub async fn connect_pool(settings: &Settings) -> anyhow::Result<PgPool> {
-    let options: PgConnectOptions = settings
+    let options = settings
         .postgres
-        .url
-        .expose_secret()
-        .parse::<PgConnectOptions>()
-        .context("postgres.url")?
-        .application_name(APPLICATION_NAME)
-        // Claims, rereads and table descriptions run on the consumer thread: none may run
-        // unbounded there.
-        .options([(
-            "statement_timeout",
-            settings
-                .postgres
-                .statement_timeout
-                .as_millis()
-                .max(1)
-                .to_string(),
-        )])
-        .log_statements(tracing::log::LevelFilter::Trace);
+        .connect_options(SessionRole::Control)
+        .context("postgres.url")?;
     PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(settings.postgres.connect_timeout)
@@ -109,11 +94,8 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     ));
     let runtime = tokio::runtime::Handle::current();
     let writer_config = WriterConfig {
-        url: settings.postgres.url.clone(),
+        postgres: settings.postgres.clone(),
         group: settings.kafka.group_id.clone(),
-        connect_timeout: settings.postgres.connect_timeout,
-        statement_timeout: settings.postgres.statement_timeout,
-        idle_in_transaction_timeout: settings.postgres.idle_in_transaction_timeout,
         dead_letter_producer: if settings
             .topics
             .iter()

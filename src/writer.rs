@@ -5,18 +5,16 @@
 //! decides: only the database, re-read after a failure, says what was written.
 
 use std::collections::{HashSet, VecDeque};
-use std::str::FromStr;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 use tokio::sync::mpsc;
 
 use crate::batch::{Batch, TableWrite};
+use crate::config::{PostgresSettings, SessionRole};
 use crate::dead_letter::{self, DeadLetter};
-use crate::offsets::{self, TopicPartition, APPLICATION_NAME};
+use crate::offsets::{self, TopicPartition};
 use rdkafka::producer::FutureProducer;
 
 /// How a batch transaction ended.
@@ -70,32 +68,11 @@ pub struct WriteResult {
 /// Connection settings shared by every writer.
 #[derive(Clone)]
 pub struct WriterConfig {
-    pub url: SecretString,
+    /// The session settings come from here (`SessionRole::Writer`).
+    pub postgres: PostgresSettings,
     pub group: String,
-    pub connect_timeout: Duration,
-    pub statement_timeout: Duration,
-    pub idle_in_transaction_timeout: Duration,
     /// Produces dead letters to their topics, where any topic asks for it.
     pub dead_letter_producer: Option<FutureProducer>,
-}
-
-impl WriterConfig {
-    /// Session settings bound the harm a stuck writer can do: no statement runs forever, and a
-    /// transaction whose client went away releases its offset rows.
-    pub fn connect_options(&self) -> Result<PgConnectOptions, sqlx::Error> {
-        let ms = |d: Duration| d.as_millis().max(1).to_string();
-        Ok(PgConnectOptions::from_str(self.url.expose_secret())?
-            .application_name(APPLICATION_NAME)
-            .options([
-                ("statement_timeout", ms(self.statement_timeout)),
-                (
-                    "idle_in_transaction_session_timeout",
-                    ms(self.idle_in_transaction_timeout),
-                ),
-            ])
-            .log_statements(tracing::log::LevelFilter::Trace)
-            .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(10)))
-    }
 }
 
 /// What a committed batch wrote.
@@ -349,9 +326,10 @@ async fn transact(
 ) -> Result<Written, Outcome> {
     if session.is_none() {
         let options = config
-            .connect_options()
+            .postgres
+            .connect_options(SessionRole::Writer)
             .map_err(|e| Outcome::Permanent(e.to_string()))?;
-        let connected = tokio::time::timeout(config.connect_timeout, options.connect())
+        let connected = tokio::time::timeout(config.postgres.connect_timeout, options.connect())
             .await
             .map_err(|_| Outcome::Transient("timed out connecting to PostgreSQL".into()))?
             .map_err(classify)?;
