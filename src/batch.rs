@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::dead_letter::{DeadLetter, OwnedRecord};
+use crate::dead_letter::DeadLetter;
 use crate::mapping::{Rows, TableRows, TopicMapper};
 use crate::offsets::OffsetAdvance;
 use crate::pgcopy::CopyData;
+use crate::record::OwnedRecord;
 use crate::schema::{quote_ident, Table};
 
 /// The ordinal column of staging tables: a record's position in its batch.

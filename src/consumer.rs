@@ -12,10 +12,10 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaConfRes;
 
 use crate::config::{is_secret_key, GroupProtocol, KafkaSettings};
-use crate::mapping::RecordView;
 use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
 use crate::rebalance::SinkContext;
+use crate::record::RecordView;
 use crate::shutdown::Shutdown;
 
 /// The longest the loop sleeps in `poll`; bounds how late a due batch is sealed.

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgConnection;
 
 use crate::headers::{self, Header};
-use crate::mapping::{MapError, RecordView};
+use crate::mapping::MapError;
 use crate::pgtext::escape_nul;
+use crate::record::OwnedRecord;
 
 /// Why a record became a dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,60 +50,6 @@ impl ErrorKind {
             MapError::TooLarge { .. } => ErrorKind::TooLarge,
             _ => ErrorKind::Mapping,
         }
-    }
-}
-
-/// A record kept whole, to be dead-lettered or replayed later.
-#[derive(Debug, Clone)]
-pub struct OwnedRecord {
-    pub partition: i32,
-    pub offset: i64,
-    pub timestamp: Option<i64>,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    /// In record order, names and values byte for byte.
-    pub headers: Vec<(Bytes, Option<Bytes>)>,
-}
-
-impl OwnedRecord {
-    /// Copies out of the consumer's buffer: a dead letter outlives the message it came from.
-    pub fn from_view(r: &RecordView<'_>) -> Self {
-        Self {
-            partition: r.partition,
-            offset: r.offset,
-            timestamp: r.timestamp,
-            key: r.key.map(Bytes::copy_from_slice),
-            value: r.value.map(Bytes::copy_from_slice),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (Bytes::copy_from_slice(k), v.map(Bytes::copy_from_slice)))
-                .collect(),
-        }
-    }
-
-    /// The headers borrowed, as a `RecordView` and the producer take them.
-    pub fn header_views(&self) -> Vec<Header<'_>> {
-        self.headers
-            .iter()
-            .map(|(k, v)| (&k[..], v.as_deref()))
-            .collect()
-    }
-
-    /// Headers as stored, in the shape of `headers::to_json`: lossless for repeated names and
-    /// binary names and values.
-    pub fn headers_json(&self) -> String {
-        headers::to_json(self.header_views()).to_string()
-    }
-
-    /// The inverse of `headers_json`.
-    pub fn headers_from_json(
-        json: &serde_json::Value,
-    ) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
-        Ok(headers::from_json(json)?
-            .into_iter()
-            .map(|(k, v)| (Bytes::from(k), v.map(Bytes::from)))
-            .collect())
     }
 }
 

@@ -14,9 +14,10 @@ use sqlx::{Connection, PgPool, Row};
 
 use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
-use crate::dead_letter::{ErrorKind, OwnedRecord};
-use crate::mapping::{EncodeError, RecordView, TopicMapper};
+use crate::dead_letter::ErrorKind;
+use crate::mapping::{EncodeError, TopicMapper};
 use crate::pgtext::escape_nul;
+use crate::record::{OwnedRecord, RecordView};
 use crate::routing::Router;
 use crate::{startup, writer};
 

@@ -23,6 +23,7 @@ pub mod pgcopy;
 pub(crate) mod pgtext;
 pub(crate) mod pipeline;
 pub(crate) mod rebalance;
+pub mod record;
 pub(crate) mod routing;
 pub mod schema;
 pub mod shutdown;

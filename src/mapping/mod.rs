@@ -26,26 +26,11 @@ pub use convert::Hint;
 pub use source::{Meta, Source};
 
 use crate::config::{OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
-use crate::dead_letter::OwnedRecord;
 use crate::pgcopy::{encode_numeric, CopyBuffer};
+use crate::record::{OwnedRecord, RecordView};
 use crate::schema::{Column, ColumnType, Table};
 use convert::Input;
 use envelope::{HintCache, KeyDoc, Op};
-
-/// A Kafka record as the mapping sees it, borrowed from the consumer's buffers.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordView<'a> {
-    pub topic: &'a str,
-    pub partition: i32,
-    pub offset: i64,
-    /// Milliseconds since the Unix epoch, when the record carries a timestamp.
-    pub timestamp: Option<i64>,
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
-    /// In record order, names and values as sent; only filled when a column maps headers or
-    /// the record may become a dead letter (`TopicMapper::needs_headers`).
-    pub headers: &'a [crate::headers::Header<'a>],
-}
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
