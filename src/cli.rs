@@ -106,8 +106,8 @@ pub struct ResetTarget {
 impl ResetTarget {
     /// Parsed before any connection is made, so a bad `--to-timestamp` fails having touched
     /// nothing.
-    pub fn target(&self) -> anyhow::Result<crate::offsets_cmd::Target> {
-        use crate::offsets_cmd::Target;
+    pub fn target(&self) -> anyhow::Result<crate::commands::offsets::Target> {
+        use crate::commands::offsets::Target;
         Ok(match (&self.to, self.to_offset, &self.to_timestamp) {
             (Some(to), _, _) if to == "earliest" => Target::Earliest,
             (Some(_), _, _) => Target::Latest,
@@ -160,9 +160,9 @@ pub struct SelectionArgs {
 }
 
 impl SelectionArgs {
-    /// Keeps clap types out of `dead_letter_cmd`.
-    pub fn selection(&self) -> crate::dead_letter_cmd::Selection {
-        crate::dead_letter_cmd::Selection {
+    /// Keeps clap types out of `commands::dead_letters`.
+    pub fn selection(&self) -> crate::commands::dead_letters::Selection {
+        crate::commands::dead_letters::Selection {
             topic: self.topic.clone(),
             ids: self.ids.clone(),
             limit: self.limit,

@@ -4,21 +4,18 @@
 //! says where each partition resumes. See README.md for the design.
 
 pub(crate) mod batch;
-pub mod check;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub(crate) mod consumer;
 pub mod dead_letter;
-pub mod dead_letter_cmd;
 pub mod headers;
 pub(crate) mod health;
 pub(crate) mod http;
-pub mod lag_cmd;
 pub mod mapping;
 pub(crate) mod meters;
 pub mod migrate;
 pub(crate) mod offsets;
-pub mod offsets_cmd;
 pub mod pgcopy;
 pub(crate) mod pgtext;
 pub(crate) mod pipeline;

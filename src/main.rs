@@ -4,9 +4,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kafka_pg_sink::cli::{Cli, Command, DeadLetterCommand, OffsetsCommand, OutputFormat};
+use kafka_pg_sink::commands::{check, dead_letters, lag, offsets};
 use kafka_pg_sink::config::Settings;
 use kafka_pg_sink::shutdown::Shutdown;
-use kafka_pg_sink::{check, dead_letter_cmd, lag_cmd, migrate, offsets_cmd, startup, telemetry};
+use kafka_pg_sink::{migrate, startup, telemetry};
 
 /// Logging starts before settings load, so even a configuration error is logged in the chosen
 /// format; a failed command ends as one error line and exit code 1.
@@ -59,11 +60,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let settings = Settings::load(file, &overrides)?;
             match command {
                 DeadLetterCommand::List { selection, json } => {
-                    dead_letter_cmd::list(&settings, &selection.selection(), json).await
+                    dead_letters::list(&settings, &selection.selection(), json).await
                 }
                 DeadLetterCommand::Replay { selection, dry_run } => {
                     let done =
-                        dead_letter_cmd::replay(&settings, &selection.selection(), dry_run).await?;
+                        dead_letters::replay(&settings, &selection.selection(), dry_run).await?;
                     if done.still_failing > 0 {
                         anyhow::bail!(
                             "{} dead letter(s) still fail; see above",
@@ -76,20 +77,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Lag { format, max_lag } => {
             let settings = Settings::load(file, &overrides)?;
-            lag_cmd::run(&settings, format == OutputFormat::Json, max_lag).await
+            lag::run(&settings, format == OutputFormat::Json, max_lag).await
         }
         Command::Offsets(command) => {
             let settings = Settings::load(file, &overrides)?;
             match command {
-                OffsetsCommand::Show { topic } => {
-                    offsets_cmd::show(&settings, topic.as_deref()).await
-                }
+                OffsetsCommand::Show { topic } => offsets::show(&settings, topic.as_deref()).await,
                 OffsetsCommand::Reset {
                     topic,
                     partitions,
                     to,
                     dry_run,
-                } => offsets_cmd::reset(&settings, &topic, &partitions, &to.target()?, dry_run)
+                } => offsets::reset(&settings, &topic, &partitions, &to.target()?, dry_run)
                     .await
                     .map(|_| ()),
             }

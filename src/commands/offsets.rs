@@ -10,9 +10,10 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::commands::lag;
 use crate::config::Settings;
 use crate::offsets::{OffsetStore, RESET_OWNER_PREFIX};
-use crate::{consumer, lag_cmd, startup};
+use crate::{consumer, startup};
 
 /// Where to move the positions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub async fn reset(
     let kafka: BaseConsumer = consumer::admin_config(&settings.kafka)
         .create()
         .map_err(consumer::redact_config_error)?;
-    let Some((_, count)) = lag_cmd::topics(settings, &kafka)?
+    let Some((_, count)) = lag::topics(settings, &kafka)?
         .into_iter()
         .find(|(t, _)| t == topic)
     else {
