@@ -10,12 +10,12 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::config::{SessionRole, Settings};
-use crate::consumer;
 use crate::health::Health;
+use crate::kafka::context::SinkContext;
+use crate::kafka::{self, clients};
 use crate::mapping::TopicMapper;
 use crate::offsets::OffsetStore;
 use crate::pipeline::{Pipeline, PipelineParts, Route};
-use crate::rebalance::SinkContext;
 use crate::routing::Router;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -102,9 +102,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
             .any(|t| t.dead_letter_topic.is_some())
         {
             Some(
-                consumer::dead_letter_producer_config(&settings.kafka)
+                clients::dead_letter_producer_config(&settings.kafka)
                     .create()
-                    .map_err(consumer::redact_config_error)
+                    .map_err(clients::redact_config_error)
                     .context("creating the dead-letter producer")?,
             )
         } else {
@@ -168,9 +168,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     });
     let topics = pipeline.subscription();
     let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);
-    let consumer: BaseConsumer<SinkContext> = consumer::client_config(&settings.kafka)
+    let consumer: BaseConsumer<SinkContext> = clients::client_config(&settings.kafka)
         .create_with_context(context)
-        .map_err(consumer::redact_config_error)
+        .map_err(clients::redact_config_error)
         .context("creating the Kafka consumer")?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let thread_shutdown = shutdown.clone();
@@ -178,7 +178,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("kafka-consumer".into())
         .spawn(move || {
-            let result = consumer::run(consumer, topics, thread_shutdown, auth_failure_timeout);
+            let result = kafka::poll::run(consumer, topics, thread_shutdown, auth_failure_timeout);
             let _ = done_tx.send(result);
         })
         .context("starting the consumer thread")?;

@@ -12,9 +12,10 @@ use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
 use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
+use crate::kafka::clients;
 use crate::mapping::TopicMapper;
 use crate::schema::{Column, ColumnType};
-use crate::{consumer, migrate, startup};
+use crate::{migrate, startup};
 
 /// Keeps what librdkafka reports (an authentication failure, a TLS error) so that a failed
 /// metadata request can say why, not only that it failed.
@@ -117,9 +118,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         }
     };
 
-    let kafka: Option<BaseConsumer<CheckContext>> = match consumer::admin_config(&settings.kafka)
+    let kafka: Option<BaseConsumer<CheckContext>> = match clients::admin_config(&settings.kafka)
         .create_with_context(CheckContext::default())
-        .map_err(consumer::redact_config_error)
+        .map_err(clients::redact_config_error)
     {
         Ok(c) => Some(c),
         Err(e) => {

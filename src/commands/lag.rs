@@ -9,8 +9,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use crate::config::Settings;
+use crate::kafka::clients;
 use crate::routing::Router;
-use crate::{consumer, startup};
+use crate::startup;
 
 /// One partition's position and lag.
 #[derive(Debug, Clone, Serialize)]
@@ -69,9 +70,9 @@ pub fn topics(settings: &Settings, kafka: &BaseConsumer) -> anyhow::Result<Vec<(
 /// Reads positions from PostgreSQL and watermarks from Kafka.
 pub async fn report(settings: &Settings) -> anyhow::Result<LagReport> {
     let pool = startup::connect_pool(settings).await?;
-    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka)
+    let kafka: BaseConsumer = clients::admin_config(&settings.kafka)
         .create()
-        .map_err(consumer::redact_config_error)?;
+        .map_err(clients::redact_config_error)?;
     let group = &settings.kafka.group_id;
     let stored: Vec<StoredRow> = sqlx::query_as(
         "SELECT topic, partition, next_offset, owner_id,

@@ -12,8 +12,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::commands::lag;
 use crate::config::Settings;
+use crate::kafka::clients;
 use crate::offsets::{OffsetStore, RESET_OWNER_PREFIX};
-use crate::{consumer, startup};
+use crate::startup;
 
 /// Where to move the positions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,9 +85,9 @@ pub async fn reset(
     target: &Target,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Move>> {
-    let kafka: BaseConsumer = consumer::admin_config(&settings.kafka)
+    let kafka: BaseConsumer = clients::admin_config(&settings.kafka)
         .create()
-        .map_err(consumer::redact_config_error)?;
+        .map_err(clients::redact_config_error)?;
     let Some((_, count)) = lag::topics(settings, &kafka)?
         .into_iter()
         .find(|(t, _)| t == topic)

@@ -1,0 +1,7 @@
+//! Everything that talks to Kafka for the running sink: the client configurations, the
+//! consumer thread's poll loop, and the consumer context whose rebalance callback claims
+//! partitions and which moves the consumer's positions for the pipeline.
+
+pub mod clients;
+pub(crate) mod context;
+pub(crate) mod poll;
