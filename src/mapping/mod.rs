@@ -9,6 +9,7 @@
 mod convert;
 mod envelope;
 mod pointer;
+mod rows;
 mod source;
 
 use std::collections::HashMap;
@@ -19,10 +20,11 @@ use anyhow::Context as _;
 use bytes::{BufMut, BytesMut};
 use chrono::DateTime;
 use postgres_types::{ToSql, Type};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 pub use convert::Hint;
+pub use rows::{Rows, TableRows};
 pub use source::{Meta, Source};
 
 use crate::config::{OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
@@ -338,7 +340,7 @@ impl TopicMapper {
                 serde_json::from_str::<IgnoredAny>(doc)
                     .map_err(|e| MapError::NotAnObject(e.to_string()))?;
             } else {
-                parse_object(doc, &self.fields, &mut slots)?;
+                pointer::parse_object(doc, &self.fields, &mut slots)?;
             }
         }
         let hints = decoded.hints.as_deref();
@@ -701,149 +703,6 @@ fn upsert_key_names(topic: &TopicSettings, table: &Table) -> Result<Vec<String>,
         ));
     }
     Ok(names)
-}
-
-/// Rows with one column list, in one COPY stream.
-pub struct Rows {
-    pub columns: Vec<u16>,
-    pub buffer: CopyBuffer,
-    /// Each row's position among the batch's records for this table: the last per key wins,
-    /// and a failed batch is split along them.
-    pub ordinals: Vec<i64>,
-    /// Each row's record, kept only where failed rows become dead letters.
-    pub origins: Vec<OwnedRecord>,
-    /// Each row's partition and offset, always kept: a refused row is named by them, and the
-    /// rows after it in its partition are left out of the batch.
-    pub positions: Vec<(i32, i64)>,
-}
-
-impl Rows {
-    /// Created on first use, so a batch holds only the column lists (and deletes) it needs.
-    fn new(columns: Vec<u16>) -> Self {
-        Self {
-            columns,
-            buffer: CopyBuffer::new(),
-            ordinals: Vec::new(),
-            origins: Vec::new(),
-            positions: Vec::new(),
-        }
-    }
-
-    /// Called only once a row is complete, so ordinals, positions and origins match the rows in
-    /// the buffer one for one.
-    fn note(&mut self, ordinal: i64, record: &RecordView<'_>, origin: Option<OwnedRecord>) {
-        self.ordinals.push(ordinal);
-        self.positions.push((record.partition, record.offset));
-        self.origins.extend(origin);
-    }
-}
-
-/// Rows for one table, grouped by column list (a record that omits a defaulted column needs a
-/// COPY without that column so that the default applies), and the keys to delete.
-pub struct TableRows {
-    pub table: Arc<Table>,
-    pub shapes: Vec<Rows>,
-    /// Upsert mode: key columns and ordinal of each delete.
-    pub deletes: Option<Rows>,
-    /// Upsert key column indices; `None` in insert mode.
-    pub upsert_keys: Option<Arc<[u16]>>,
-    /// Keep each row's record (for dead letters of rows PostgreSQL rejects).
-    pub keep_origins: bool,
-    next_ordinal: i64,
-    scratch: Vec<u16>,
-}
-
-/// A count, not the encoded bytes.
-impl fmt::Debug for TableRows {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TableRows({}, {} rows)", self.table, self.rows())
-    }
-}
-
-impl TableRows {
-    /// `keep_origins` copies every record; only topics that dead-letter rejected rows pay for it.
-    pub fn new(table: Arc<Table>, upsert_keys: Option<Arc<[u16]>>, keep_origins: bool) -> Self {
-        Self {
-            table,
-            shapes: Vec::new(),
-            deletes: None,
-            upsert_keys,
-            keep_origins,
-            next_ordinal: 0,
-            scratch: Vec::new(),
-        }
-    }
-
-    /// The rows with these columns; `None` when an upsert batch already holds another
-    /// column list.
-    fn buffer_for(&mut self, columns: &[u16]) -> Option<&mut Rows> {
-        let pos = match self.shapes.iter().position(|r| r.columns == columns) {
-            Some(pos) => pos,
-            None if self.upsert_keys.is_some() && !self.shapes.is_empty() => return None,
-            None => {
-                self.shapes.push(Rows::new(columns.to_vec()));
-                self.shapes.len() - 1
-            }
-        };
-        Some(&mut self.shapes[pos])
-    }
-
-    /// Rows written, deletes included.
-    pub fn rows(&self) -> usize {
-        self.shapes
-            .iter()
-            .chain(self.deletes.iter())
-            .map(|r| r.buffer.rows())
-            .sum()
-    }
-
-    /// Encoded size; lets tests show that a failed record leaves nothing behind.
-    pub fn bytes(&self) -> usize {
-        self.shapes
-            .iter()
-            .chain(self.deletes.iter())
-            .map(|r| r.buffer.len())
-            .sum()
-    }
-}
-
-/// Fills `slots` with the document's top-level fields that columns read, borrowing from it.
-fn parse_object<'de>(
-    doc: &'de str,
-    fields: &HashMap<String, usize>,
-    slots: &mut [Option<&'de RawValue>],
-) -> Result<(), MapError> {
-    let mut de = serde_json::Deserializer::from_str(doc);
-    de.deserialize_map(ObjectVisitor { fields, slots })
-        .and_then(|()| de.end())
-        .map_err(|e| MapError::NotAnObject(e.to_string()))
-}
-
-/// Visits the top-level object; unknown fields are skipped without being decoded.
-struct ObjectVisitor<'a, 'de> {
-    fields: &'a HashMap<String, usize>,
-    slots: &'a mut [Option<&'de RawValue>],
-}
-
-impl<'de> Visitor<'de> for ObjectVisitor<'_, 'de> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key_seed(pointer::KeySeed)? {
-            match self.fields.get(key.as_ref()) {
-                // Duplicate keys: the last one wins, as in most JSON readers.
-                Some(&i) => self.slots[i] = Some(map.next_value::<&'de RawValue>()?),
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Encodes with postgres-types; its error becomes the reason of a `BadValue`.

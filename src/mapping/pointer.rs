@@ -2,6 +2,7 @@
 //! are scanned, and nothing is copied.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -123,6 +124,45 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
             }
         }
         d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Fills `slots` with the document's top-level fields that columns read, borrowing from it.
+pub(super) fn parse_object<'de>(
+    doc: &'de str,
+    fields: &HashMap<String, usize>,
+    slots: &mut [Option<&'de RawValue>],
+) -> Result<(), super::MapError> {
+    let mut de = serde_json::Deserializer::from_str(doc);
+    de.deserialize_map(ObjectVisitor { fields, slots })
+        .and_then(|()| de.end())
+        .map_err(|e| super::MapError::NotAnObject(e.to_string()))
+}
+
+/// Visits the top-level object; unknown fields are skipped without being decoded.
+struct ObjectVisitor<'a, 'de> {
+    fields: &'a HashMap<String, usize>,
+    slots: &'a mut [Option<&'de RawValue>],
+}
+
+impl<'de> Visitor<'de> for ObjectVisitor<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match self.fields.get(key.as_ref()) {
+                // Duplicate keys: the last one wins, as in most JSON readers.
+                Some(&i) => self.slots[i] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
