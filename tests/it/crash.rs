@@ -74,14 +74,8 @@ async fn kill_9_at_random_moments(mode: &str) {
     );
 
     let mut last = Sink::start(&config, "final");
-    // The last kill may have come after the drain: wait until this sink runs before its
-    // SIGTERM, or the signal lands before its handler is installed.
-    wait_until(
-        "the final sink to be assigned",
-        Duration::from_secs(60),
-        || async { last.logs().contains("assigned") },
-    )
-    .await;
+    // The last kill may have come after the drain: the SIGTERM must not beat its handler.
+    wait_assigned(&last).await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(240)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, RECORDS).await;
     assert!(last.stop().success());

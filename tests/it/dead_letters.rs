@@ -191,14 +191,8 @@ async fn dead_letters_commit_with_their_batch_through_kill_9() {
     );
 
     let mut last = Sink::start(&config, "final");
-    // The last kill may have come after the drain: wait until this sink runs before its
-    // SIGTERM, or the signal lands before its handler is installed.
-    wait_until(
-        "the final sink to be assigned",
-        Duration::from_secs(60),
-        || async { last.logs().contains("assigned") },
-    )
-    .await;
+    // The last kill may have come after the drain: the SIGTERM must not beat its handler.
+    wait_assigned(&last).await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(240)).await;
     assert!(last.stop().success());
     assert_rows_and_letters_match_offsets(&db, &config.group, &topic.name).await;

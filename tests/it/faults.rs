@@ -2,12 +2,9 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
-
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
 use crate::helpers::proxy::CommitCutter;
-use crate::helpers::services::services;
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -25,39 +22,17 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
     config.max_records = 250;
     let mut sink = Sink::start(&config, "sink");
 
-    // A second session ends the sink's sessions in this database over and over, as a
-    // failover or an administrator would: transactions die before, during and after COPY.
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&services().admin_url)
-        .await
-        .unwrap();
-    // Sessions are ended only once the sink writes: ending its startup queries would stop it
-    // before it ever ran, which is not what this test is about.
-    wait_until("the first rows", Duration::from_secs(60), || async {
-        db.count("orders").await > 0
-    })
+    // The sink's sessions in this database are ended over and over, as a failover or an
+    // administrator would: transactions die before, during and after COPY.
+    end_busy_sink_sessions(
+        &db,
+        "orders",
+        RECORDS,
+        20,
+        i64::MAX,
+        Duration::from_millis(150),
+    )
     .await;
-    let mut killed = 0i64;
-    for _ in 0..20 {
-        if db.count("orders").await >= RECORDS {
-            break;
-        }
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
-        )
-        .bind(&db.name)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-        killed += n;
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    assert!(
-        killed > 0,
-        "no transaction was interrupted: the test proved nothing"
-    );
 
     wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, RECORDS).await;

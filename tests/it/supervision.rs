@@ -3,14 +3,12 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::http::{get, metric, parse_metrics};
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
 use crate::helpers::orders::assert_orders_are;
-use crate::helpers::services::services;
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -127,35 +125,7 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
     // Sessions ended mid-drain: the batch in the transaction fails, and the one queued behind
     // it expects a position that never came to be. No other consumer exists, so nothing is
     // fenced.
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&services().admin_url)
-        .await
-        .unwrap();
-    wait_until("the first rows", Duration::from_secs(60), || async {
-        db.count("orders").await > 0
-    })
-    .await;
-    let mut killed = 0i64;
-    for _ in 0..100 {
-        if killed >= 5 || db.count("orders").await >= 30_000 {
-            break;
-        }
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
-        )
-        .bind(&db.name)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-        killed += n;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        killed > 0,
-        "no transaction was interrupted: the test proved nothing"
-    );
+    end_busy_sink_sessions(&db, "orders", 30_000, 100, 5, Duration::from_millis(100)).await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 30_000).await;
 

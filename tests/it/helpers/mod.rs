@@ -64,6 +64,61 @@ pub async fn wait_drained(db: &TestDb, group: &str, topic: &TestTopic, timeout: 
     .await;
 }
 
+/// Ends the sink's busy sessions in `db` again and again, as a failover or an administrator
+/// would: every `pause`, for at most `rounds` rounds, until `enough` sessions were ended or
+/// `table` holds `rows`. It starts only once the sink writes (ending its startup queries would
+/// stop it before it ran) and asserts that something was ended, or the test proved nothing.
+pub async fn end_busy_sink_sessions(
+    db: &TestDb,
+    table: &str,
+    rows: i64,
+    rounds: usize,
+    enough: i64,
+    pause: Duration,
+) -> i64 {
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&services::services().admin_url)
+        .await
+        .expect("admin connection");
+    wait_until("the first rows", Duration::from_secs(60), || async {
+        db.count(table).await > 0
+    })
+    .await;
+    let mut ended = 0i64;
+    for _ in 0..rounds {
+        if ended >= enough || db.count(table).await >= rows {
+            break;
+        }
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
+        )
+        .bind(&db.name)
+        .fetch_one(&admin)
+        .await
+        .expect("end sessions");
+        ended += n;
+        tokio::time::sleep(pause).await;
+    }
+    assert!(
+        ended > 0,
+        "no transaction was interrupted: the test proved nothing"
+    );
+    ended
+}
+
+/// Waits until `sink` has been assigned partitions: a SIGTERM before then lands before its
+/// handler is installed.
+pub async fn wait_assigned(sink: &sink::Sink) {
+    wait_until(
+        "the sink to be assigned",
+        Duration::from_secs(60),
+        || async { sink.logs().contains("assigned") },
+    )
+    .await;
+}
+
 /// Every id in `0..n` exactly once: no duplicate, no gap.
 pub async fn assert_exactly_once(db: &TestDb, table: &str, n: i64) {
     let (dups, distinct) = db.duplicates_and_distinct(table).await;
