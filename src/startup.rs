@@ -15,7 +15,8 @@ use crate::kafka::context::SinkContext;
 use crate::kafka::{self, clients};
 use crate::mapping::TopicMapper;
 use crate::offsets::OffsetStore;
-use crate::pipeline::{Pipeline, PipelineParts, Route};
+use crate::pipeline::adapters::{Blocking, ChannelPool, DbCatalog, DbPositions, Telemetry};
+use crate::pipeline::{Pipeline, PipelineParts, Policy, Route};
 use crate::routing::Router;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -149,22 +150,30 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     }
     tasks.push(stats.spawn_progress_log(settings.log.progress_interval, shutdown.clone()));
     let router = Router::new(&settings.topics)?;
+    // Every database call of the consumer thread is bounded on the client side as well.
+    let blocking = Blocking::new(
+        runtime,
+        settings.postgres.statement_timeout + settings.postgres.connect_timeout,
+    );
+    let writers = ChannelPool::new(lanes, results_rx);
     let pipeline = Pipeline::new(PipelineParts {
         routes,
         router,
-        catalog: pool.clone(),
-        lanes,
-        results: results_rx,
-        store,
-        runtime,
-        limits: settings.batch.clone(),
-        reset: settings.kafka.auto_offset_reset,
-        out_of_range: settings.kafka.offset_out_of_range,
-        stats,
-        health: health.clone(),
-        mirror_commits: settings.kafka.mirror_commits,
-        db_timeout: settings.postgres.statement_timeout + settings.postgres.connect_timeout,
-        claim_budget: settings.kafka.max_poll_interval() / 2,
+        catalog: Box::new(DbCatalog::new(pool.clone(), blocking.clone())),
+        positions: Box::new(DbPositions::new(store, blocking)),
+        lanes: writers.len(),
+        writers: Box::new(writers),
+        observer: Box::new(Telemetry {
+            stats,
+            health: health.clone(),
+        }),
+        policy: Policy {
+            limits: settings.batch.clone(),
+            reset: settings.kafka.auto_offset_reset,
+            out_of_range: settings.kafka.offset_out_of_range,
+            mirror_commits: settings.kafka.mirror_commits,
+            claim_budget: settings.kafka.max_poll_interval() / 2,
+        },
     });
     let topics = pipeline.subscription();
     let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);

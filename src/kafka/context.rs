@@ -141,7 +141,7 @@ impl ConsumerContext for SinkContext {
                 let tps = to_vec(tpl);
                 let starts = self
                     .pipeline()
-                    .assign(consumer, &tps, &|| self.shutdown.is_triggered());
+                    .on_assign(consumer, &tps, &|| self.shutdown.is_triggered());
                 tracing::info!(
                     partitions = ?starts.iter().map(|(tp, o)| format!("{tp}@{}", show_offset(*o))).collect::<Vec<_>>(),
                     "assigned"
@@ -167,7 +167,7 @@ impl ConsumerContext for SinkContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let tps = to_vec(tpl);
                 let lost = consumer.assignment_lost();
-                self.pipeline().revoke(&tps);
+                self.pipeline().on_revoke(&tps);
                 tracing::info!(partitions = ?tps, lost, "revoked");
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -181,7 +181,7 @@ impl ConsumerContext for SinkContext {
             other => {
                 tracing::error!(error = ?other, "rebalance error: giving up every partition");
                 let owned = self.pipeline().owned();
-                self.pipeline().revoke(&owned);
+                self.pipeline().on_revoke(&owned);
                 let _ = consumer.unassign();
             }
         }

@@ -44,9 +44,7 @@ pub fn run(
         }
         let wait = {
             let mut pipeline = ctx.pipeline();
-            pipeline.poll_results();
-            pipeline.tick(&consumer, now);
-            let next = pipeline.flush_due(now);
+            let next = pipeline.on_tick(&consumer, now);
             if pipeline.has_fatal() {
                 break;
             }

@@ -1,188 +1,102 @@
 //! Recovery: after a failed transaction nothing buffered counts; the stored offsets are read
 //! again and the consumer rewound to them. Also the positions that fall out of a partition's
-//! range, and positions an operator moved.
+//! range, and positions an operator moved. The decisions are `PartitionTable`'s; this file
+//! makes the calls they need, in order.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{backoff, start_offset, Fatal, PartitionControl, Pipeline, SeekFailure, Status};
+use super::ports::{MoveKind, PartitionControl, SeekFailure};
+use super::{Fatal, Pipeline};
 use crate::config::ResetPolicy;
-use crate::offsets::{StoredOffset, TopicPartition};
+use crate::offsets::TopicPartition;
+
+/// Why a stored position lies outside `low..=high`, or `None` when it is inside.
+pub(crate) fn out_of_range(stored: i64, low: i64, high: i64) -> Option<&'static str> {
+    if (low..=high).contains(&stored) {
+        None
+    } else if stored < low {
+        Some("the records before the low watermark were deleted (retention or delete-records)")
+    } else {
+        Some("the partition has fewer records than the stored position (the topic was recreated?)")
+    }
+}
 
 impl Pipeline {
     /// After a failure nothing buffered or in flight for the lane counts: drop the open batch,
     /// stop taking its partitions' records and schedule the re-read and rewind. A failure that
     /// arrives while a rewind is already scheduled adds the partitions that became active since.
-    pub(super) fn begin_rewind(&mut self, lane_idx: usize) {
-        let lane = &mut self.lanes[lane_idx];
-        lane.open.clear();
-        lane.members.clear();
-        if lane.retry_at.is_none() {
-            lane.failures += 1;
-            lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
-        }
-        let mut paused = 0;
-        for p in self.partitions.values_mut().filter(|p| p.lane == lane_idx) {
-            p.open_last = None;
-            if p.status == Status::Active {
-                p.status = Status::Rewinding;
-                self.to_pause.push(p.tp.clone());
-                paused += 1;
-            }
-        }
-        tracing::info!(lane = lane_idx, partitions = paused, "rewind scheduled");
+    pub(super) fn begin_rewind(&mut self, lane: usize) {
+        self.lanes.failed(lane, Instant::now());
+        let pause = self.table.failed(lane);
+        tracing::info!(lane, partitions = pause.len(), "rewind scheduled");
+        self.to_pause.extend(pause);
     }
 
     /// Compares the owned partitions' epochs with the database: a partition an operator reset
     /// is rewound (and claimed again) even if no record arrives for it.
     pub(super) fn check_epochs(&mut self) {
-        let owned: Vec<TopicPartition> = self
-            .partitions
-            .values()
-            .filter(|p| p.status == Status::Active)
-            .map(|p| p.tp.clone())
-            .collect();
+        let owned: Vec<TopicPartition> =
+            self.table.active().into_iter().map(|(_, tp)| tp).collect();
         if owned.is_empty() {
             return;
         }
-        let Ok(stored) = self.db("reading positions", self.store.read(&owned)) else {
+        let Ok(stored) = self.positions.read(&owned) else {
             return; // The database is away; the writers will notice.
         };
-        let mut lanes = Vec::new();
-        for s in &stored {
-            // Only a reset of the epoch this process holds is its to follow; any other moved
-            // epoch means another consumer took the partition, and the next commit is fenced.
-            if let Some(p) = self
-                .state(&s.tp)
-                .filter(|p| s.reset_from_epoch == Some(p.epoch))
-            {
-                lanes.push(p.lane);
-            }
-        }
-        lanes.sort_unstable();
-        lanes.dedup();
-        for lane in lanes {
+        for lane in self.table.reset_lanes(&stored) {
             self.seal_and_send(lane);
             self.wait_until(|i| i == lane);
             self.begin_rewind(lane);
             // Recover at once rather than after a backoff: nothing failed.
-            self.lanes[lane].retry_at = Some(Instant::now());
+            self.lanes.retry_now(lane, Instant::now());
         }
-    }
-
-    /// Pauses partitions that stopped taking records, so they stop fetching what will be
-    /// dropped anyway.
-    pub(super) fn apply_pauses(&mut self, ctl: &dyn PartitionControl) {
-        if self.to_pause.is_empty() {
-            return;
-        }
-        // Only partitions still owned and still not taking records: a pause outlives a
-        // revoke in librdkafka and would silently stall the partition if it came back.
-        let tps: Vec<TopicPartition> = std::mem::take(&mut self.to_pause)
-            .into_iter()
-            .filter(|tp| self.state(tp).is_some_and(|p| p.status != Status::Active))
-            .collect();
-        ctl.pause(&tps);
     }
 
     /// Re-reads stored offsets for lanes whose retry time has come and rewinds the consumer.
     pub(super) fn recover_due(&mut self, ctl: &dyn PartitionControl, now: Instant) {
-        for lane_idx in 0..self.lanes.len() {
-            let lane = &self.lanes[lane_idx];
-            if lane.in_flight > 0 || lane.retry_at.is_none_or(|t| t > now) {
-                continue;
-            }
-            self.recover(lane_idx, ctl);
+        for lane in self.lanes.due_for_rewind(now) {
+            self.recover(lane, ctl);
         }
     }
 
     /// A partition turns active only once resumed and seeked to its stored offset; whatever
     /// fails stays paused and is retried after a backoff.
-    fn recover(&mut self, lane_idx: usize, ctl: &dyn PartitionControl) {
-        let rewinding: Vec<TopicPartition> = self
-            .partitions
-            .values()
-            .filter(|p| p.lane == lane_idx && p.status == Status::Rewinding)
-            .map(|p| p.tp.clone())
-            .collect();
+    fn recover(&mut self, lane: usize, ctl: &dyn PartitionControl) {
+        let rewinding = self.table.rewinding(lane);
         if rewinding.is_empty() {
-            self.lanes[lane_idx].retry_at = None;
+            self.lanes.recovered(lane);
             return;
         }
-        let stored = match self.db("reading positions", self.store.read(&rewinding)) {
+        let stored = match self.positions.read(&rewinding) {
             Ok(stored) => stored,
             Err(e) => {
-                let lane = &mut self.lanes[lane_idx];
-                lane.failures += 1;
-                let delay = backoff(&self.limits, lane.failures);
-                lane.retry_at = Some(Instant::now() + delay);
-                tracing::warn!(lane = lane_idx, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot read stored offsets; will retry");
+                let delay = self.lanes.retry_later(lane, Instant::now());
+                tracing::warn!(lane, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot read stored offsets; will retry");
                 return;
             }
         };
-        let stored: HashMap<TopicPartition, StoredOffset> =
-            stored.into_iter().map(|s| (s.tp.clone(), s)).collect();
-        let mut targets = Vec::new();
-        let mut fenced = Vec::new();
-        let mut reclaim = Vec::new();
-        let reset = self.reset;
-        for tp in &rewinding {
-            let p = self.state_mut(tp).expect("rewinding partitions are owned");
-            match stored.get(tp) {
-                Some(s) if s.epoch == p.epoch => {
-                    p.sealed_next = s.next_offset;
-                    match start_offset(s.next_offset, reset) {
-                        Some(offset) => targets.push((tp.clone(), offset)),
-                        None => {
-                            p.status = Status::Fenced;
-                            let tp = tp.clone();
-                            self.set_fatal(Fatal::NoStoredOffset { tp });
-                        }
-                    }
-                }
-                // An operator reset the epoch this process held: it may claim it back. A
-                // zombie whose partition another consumer held at the reset may not.
-                Some(s) if s.reset_from_epoch == Some(p.epoch) => {
-                    reclaim.push((tp.clone(), p.epoch))
-                }
-                _ => {
-                    // Claimed by another consumer (or the row was removed): not ours anymore.
-                    p.status = Status::Fenced;
-                    fenced.push(tp.clone());
-                }
-            }
+        let reset = self.policy.reset;
+        let plan = self.table.rewind_plan(&rewinding, &stored, reset);
+        for tp in plan.no_offset {
+            self.set_fatal(Fatal::NoStoredOffset { tp });
         }
+        let mut targets = plan.seek;
+        let mut fenced = plan.fenced;
         // An operator moved these positions (`offsets reset`): take them back and continue
         // from where the operator put them.
-        if !reclaim.is_empty() {
-            match self.db("claiming reset partitions", self.store.reclaim(&reclaim)) {
+        if !plan.reclaim.is_empty() {
+            match self.positions.reclaim(&plan.reclaim) {
                 Ok(claims) => {
-                    // Claimed by another consumer between the read and the reclaim.
-                    for (tp, _) in &reclaim {
-                        if !claims.iter().any(|c| &c.tp == tp) {
-                            if let Some(p) = self.state_mut(tp) {
-                                p.status = Status::Fenced;
-                            }
-                            fenced.push(tp.clone());
-                        }
-                    }
-                    for claim in claims {
-                        let Some(p) = self.state_mut(&claim.tp) else {
-                            continue;
-                        };
-                        p.epoch = claim.epoch;
-                        p.sealed_next = claim.next_offset;
+                    for claim in &claims {
                         tracing::warn!(tp = %claim.tp, next_offset = ?claim.next_offset, "position reset by an operator: continuing from there");
-                        if let Some(offset) = start_offset(claim.next_offset, self.reset) {
-                            targets.push((claim.tp, offset));
-                        }
                     }
+                    let (seek, lost) = self.table.reclaimed(&plan.reclaim, &claims, reset);
+                    targets.extend(seek);
+                    fenced.extend(lost);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot claim partitions reset by an operator; will retry");
-                    let lane = &mut self.lanes[lane_idx];
-                    lane.failures += 1;
-                    lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
+                    self.lanes.retry_later(lane, Instant::now());
                     return;
                 }
             }
@@ -213,24 +127,19 @@ impl Pipeline {
                     continue;
                 }
             }
-            if let Some(p) = self.state_mut(tp) {
-                p.status = Status::Active;
-                p.position_trusted = false;
-            }
+            self.table.resumed(tp);
         }
-        let lane = &mut self.lanes[lane_idx];
         if failed.is_empty() {
-            lane.retry_at = None;
+            self.lanes.recovered(lane);
             tracing::info!(
-                lane = lane_idx,
+                lane,
                 partitions = targets.len(),
                 "rewound to stored offsets"
             );
         } else {
-            let failed_tps: Vec<TopicPartition> = failed.into_iter().map(|(tp, _)| tp).collect();
-            ctl.pause(&failed_tps);
-            lane.failures += 1;
-            lane.retry_at = Some(Instant::now() + backoff(&self.limits, lane.failures));
+            let failed: Vec<TopicPartition> = failed.into_iter().map(|(tp, _)| tp).collect();
+            ctl.pause(&failed);
+            self.lanes.retry_later(lane, Instant::now());
         }
     }
 
@@ -250,19 +159,14 @@ impl Pipeline {
                 return Ok(stored);
             }
         };
-        if (low..=high).contains(&stored) {
+        let Some(why) = out_of_range(stored, low, high) else {
             return Ok(stored);
-        }
-        let why = if stored < low {
-            "the records before the low watermark were deleted (retention or delete-records)"
-        } else {
-            "the partition has fewer records than the stored position (the topic was recreated?)"
         };
-        let to = match self.out_of_range {
+        let to = match self.policy.out_of_range {
             ResetPolicy::Fail => {
                 return Err(Fatal::OutOfRange {
                     tp: tp.clone(),
-                    group: self.store.group().to_string(),
+                    group: self.positions.group().to_string(),
                     topic: tp.topic.to_string(),
                     partition: tp.partition,
                     stored,
@@ -275,11 +179,10 @@ impl Pipeline {
             ResetPolicy::Latest => high,
         };
         let detail = format!("stored {stored} outside {low}..{high}: {why}");
-        match self.db(
-            "moving an out-of-range position",
-            self.store
-                .move_offset(tp, epoch, Some(stored), to, "out_of_range_reset", &detail),
-        ) {
+        match self
+            .positions
+            .move_to(tp, epoch, Some(stored), to, MoveKind::OutOfRange, &detail)
+        {
             Ok(true) => {
                 tracing::error!(%tp, from = stored, to, low, high, why, "offset out of range: moved by kafka.offset_out_of_range; recorded in kafka_offset_events");
                 Ok(to)
@@ -301,39 +204,33 @@ impl Pipeline {
         error: &rdkafka::error::KafkaError,
     ) {
         use rdkafka::types::RDKafkaErrorCode;
-        let out_of_range = matches!(
+        let out_of_range_error = matches!(
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
         );
-        if !out_of_range {
+        if !out_of_range_error {
             tracing::warn!(error = %error, "consumer error");
             return;
         }
         tracing::warn!(error = %error, "a partition's position fell out of its range; checking the owned partitions");
-        let active: Vec<(usize, i32)> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.status == Status::Active)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in active {
-            let Some(p) = self.partitions.get(&key) else {
+        for (key, tp) in self.table.active() {
+            let Some(p) = self.table.get(key) else {
                 continue;
             };
-            let (tp, epoch, cursor, lane) = (p.tp.clone(), p.epoch, p.cursor(), p.lane);
-            let Some(position) = cursor else { continue };
+            let (epoch, lane) = (p.epoch, p.lane);
+            let Some(position) = p.cursor() else { continue };
             let Ok((low, high)) = ctl.watermarks(&tp) else {
                 continue;
             };
-            if (low..=high).contains(&position) {
+            if out_of_range(position, low, high).is_none() {
                 continue;
             }
             // Finish what is in flight for the lane, so the stored offset is the position.
             self.seal_and_send(lane);
             self.wait_until(|i| i == lane);
             let stored = self
-                .partitions
-                .get(&key)
+                .table
+                .get(key)
                 .and_then(|p| p.sealed_next)
                 .unwrap_or(position);
             match self.check_range(ctl, &tp, epoch, stored) {
@@ -341,5 +238,22 @@ impl Pipeline {
                 Err(fatal) => self.set_fatal(fatal),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::out_of_range;
+
+    #[test]
+    fn a_position_is_in_range_from_the_low_to_the_high_watermark() {
+        assert_eq!(out_of_range(10, 10, 20), None);
+        assert_eq!(
+            out_of_range(20, 10, 20),
+            None,
+            "at the end: nothing new yet"
+        );
+        assert!(out_of_range(9, 10, 20).is_some_and(|why| why.contains("deleted")));
+        assert!(out_of_range(21, 10, 20).is_some_and(|why| why.contains("fewer records")));
     }
 }

@@ -1,0 +1,191 @@
+//! The real ports: PostgreSQL through the offset store and the catalog, the writer tasks'
+//! channels, and stats and health as the observer.
+
+use std::fmt;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::ports::{Catalog, Event, MoveKind, Observer, PositionStore, Received, WriterPool};
+use crate::batch::Batch;
+use crate::config::TopicSettings;
+use crate::health::Health;
+use crate::mapping::TopicMapper;
+use crate::offsets::{OffsetStore, StoredOffset, TopicPartition};
+use crate::stats::Stats;
+use crate::writer::{Lane, SendError, WriterEvent};
+
+/// Runs the consumer thread's database calls on the runtime, each bounded on the client side
+/// as well: a statement timeout cannot fire when the server or the network stops answering.
+#[derive(Clone)]
+pub(crate) struct Blocking {
+    runtime: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+impl Blocking {
+    pub(crate) fn new(runtime: tokio::runtime::Handle, timeout: Duration) -> Self {
+        Self { runtime, timeout }
+    }
+
+    fn run<T, E: fmt::Display>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
+        let limit = self.timeout;
+        // The timer must be made inside the runtime: this thread is not one of its workers.
+        match self
+            .runtime
+            .block_on(async move { tokio::time::timeout(limit, call).await })
+        {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(format!("{e:#}")),
+            Err(_) => Err(format!(
+                "PostgreSQL did not answer within {limit:?} ({what})"
+            )),
+        }
+    }
+}
+
+/// `kafka_offsets` through the offset store's pool.
+pub(crate) struct DbPositions {
+    store: Arc<OffsetStore>,
+    blocking: Blocking,
+}
+
+impl DbPositions {
+    pub(crate) fn new(store: Arc<OffsetStore>, blocking: Blocking) -> Self {
+        Self { store, blocking }
+    }
+}
+
+impl PositionStore for DbPositions {
+    fn group(&self) -> &str {
+        self.store.group()
+    }
+
+    fn claim(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, String> {
+        self.blocking
+            .run("claiming partitions", self.store.claim(tps))
+    }
+
+    fn read(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, String> {
+        self.blocking.run("reading positions", self.store.read(tps))
+    }
+
+    fn reclaim(&self, owned: &[(TopicPartition, i64)]) -> Result<Vec<StoredOffset>, String> {
+        self.blocking
+            .run("claiming reset partitions", self.store.reclaim(owned))
+    }
+
+    fn move_to(
+        &self,
+        tp: &TopicPartition,
+        epoch: i64,
+        expected: Option<i64>,
+        to: i64,
+        kind: MoveKind,
+        detail: &str,
+    ) -> Result<bool, String> {
+        self.blocking.run(
+            "moving a position",
+            self.store
+                .move_offset(tp, epoch, expected, to, kind.event_kind(), detail),
+        )
+    }
+}
+
+/// Tables described from PostgreSQL's catalog.
+pub(crate) struct DbCatalog {
+    pool: PgPool,
+    blocking: Blocking,
+}
+
+impl DbCatalog {
+    pub(crate) fn new(pool: PgPool, blocking: Blocking) -> Self {
+        Self { pool, blocking }
+    }
+}
+
+impl Catalog for DbCatalog {
+    fn mapper(&self, settings: &TopicSettings, topic: &str) -> Result<TopicMapper, String> {
+        self.blocking.run(
+            "describing a table",
+            TopicMapper::load(&self.pool, settings, topic),
+        )
+    }
+}
+
+/// The writer tasks' queues and their shared result channel.
+pub(crate) struct ChannelPool {
+    lanes: Vec<Lane>,
+    results: std_mpsc::Receiver<WriterEvent>,
+}
+
+impl ChannelPool {
+    pub(crate) fn new(lanes: Vec<Lane>, results: std_mpsc::Receiver<WriterEvent>) -> Self {
+        Self { lanes, results }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lanes.len()
+    }
+}
+
+impl WriterPool for ChannelPool {
+    fn try_send(&self, lane: usize, batch: Batch) -> Result<(), SendError> {
+        match self.lanes.get(lane) {
+            Some(l) => l.send(batch),
+            None => Err(SendError::Gone),
+        }
+    }
+
+    fn try_recv(&self) -> Option<WriterEvent> {
+        self.results.try_recv().ok()
+    }
+
+    fn recv_timeout(&self, timeout: Duration) -> Received {
+        match self.results.recv_timeout(timeout) {
+            Ok(event) => Received::Event(event),
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Received::Timeout,
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Received::Closed,
+        }
+    }
+}
+
+/// Stats (progress line, summary, Prometheus) and readiness, fed by the pipeline's events.
+pub(crate) struct Telemetry {
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) health: Arc<Health>,
+}
+
+impl Observer for Telemetry {
+    fn observe(&self, event: Event<'_>) {
+        match event {
+            Event::Committed(r) => self.stats.committed_batch(
+                r.records,
+                r.rows,
+                r.transaction_time,
+                r.batch_age,
+                &r.tables,
+                r.dead_letters,
+            ),
+            Event::Failed(why) => self.stats.failed_batch(why),
+            Event::Rebalanced { kind, owned } => {
+                self.health.set_assigned(owned);
+                self.stats.rebalance(kind.label(), owned);
+            }
+            Event::Consumed(n) => Stats::add(&self.stats.records_consumed, n),
+            Event::Progress { topics, owned } => {
+                for (topic, total) in topics {
+                    Stats::consumed_from(topic, *total);
+                }
+                // Gauges are refreshed, or they expire (a revoked partition's must).
+                Stats::assigned(owned);
+            }
+        }
+    }
+}
