@@ -1,1 +1,973 @@
-//! placeholder
+//! The coordinator driven by fakes of every port, in milliseconds: a consumer that records
+//! what it was told, a `kafka_offsets` table in memory with the same compare-and-set the
+//! writers run, and writers that commit into it (or fail as scripted). Each test ends by
+//! checking that every record was written exactly once and the stored positions are where the
+//! records end.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use figment::providers::{Format, Toml};
+use figment::Figment;
+use rdkafka::Offset;
+
+use super::ports::{MoveKind, Rebalance};
+use super::*;
+use crate::config::TopicSettings;
+use crate::offsets::StoredOffset;
+use crate::schema::{Column, ColumnType, Table};
+
+const TOPIC: &str = "orders";
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new(TOPIC, p)
+}
+
+// ---- the database ------------------------------------------------------------------------
+
+/// `kafka_offsets` and the business table, as the fakes share them.
+#[derive(Default)]
+struct Db {
+    rows: HashMap<TopicPartition, StoredOffset>,
+    /// Committed rows by (partition, offset), with how often each was written.
+    written: BTreeMap<(i32, i64), u32>,
+    /// Calls to fail before answering again (PostgreSQL away).
+    unavailable: u32,
+    events: Vec<(TopicPartition, MoveKind, i64)>,
+}
+
+impl Db {
+    fn next(&self, p: i32) -> Option<i64> {
+        self.rows.get(&tp(p)).and_then(|r| r.next_offset)
+    }
+
+    fn epoch(&self, p: i32) -> i64 {
+        self.rows.get(&tp(p)).map_or(0, |r| r.epoch)
+    }
+
+    /// Another consumer (or a restart) claims the partition: a new epoch.
+    fn take_over(&mut self, p: i32) {
+        let row = self.rows.entry(tp(p)).or_insert_with(|| stored(p, None, 0));
+        row.epoch += 1;
+        row.reset_from_epoch = None;
+    }
+
+    /// `kafka-pg-sink offsets reset`: moves the position, bumps the epoch, remembers the
+    /// replaced one (unless a reset is already pending).
+    fn operator_reset(&mut self, p: i32, to: i64) {
+        let row = self.rows.get_mut(&tp(p)).expect("claimed before");
+        row.reset_from_epoch = row.reset_from_epoch.or(Some(row.epoch));
+        row.epoch += 1;
+        row.next_offset = Some(to);
+    }
+
+    fn down(&mut self) -> Result<(), String> {
+        if self.unavailable > 0 {
+            self.unavailable -= 1;
+            return Err("connection refused".into());
+        }
+        Ok(())
+    }
+
+    /// The writers' compare-and-set, with the same two ways of refusing.
+    fn commit(&mut self, batch: &Batch) -> Outcome {
+        for a in &batch.offsets {
+            let row = self.rows.get(&a.tp);
+            if row.map(|r| r.epoch) != Some(a.epoch) {
+                return Outcome::Refused {
+                    why: Refusal::Fenced,
+                    matched: 0,
+                    expected: batch.offsets.len(),
+                };
+            }
+            if row.and_then(|r| r.next_offset) != a.expected {
+                return Outcome::Refused {
+                    why: Refusal::Stale,
+                    matched: 0,
+                    expected: batch.offsets.len(),
+                };
+            }
+        }
+        for a in &batch.offsets {
+            if let Some(row) = self.rows.get_mut(&a.tp) {
+                row.next_offset = Some(a.next);
+            }
+        }
+        for position in rows_of(batch) {
+            *self.written.entry(position).or_default() += 1;
+        }
+        Outcome::Committed
+    }
+}
+
+fn stored(p: i32, next: Option<i64>, epoch: i64) -> StoredOffset {
+    StoredOffset {
+        tp: tp(p),
+        next_offset: next,
+        epoch,
+        owner_id: None,
+        reset_from_epoch: None,
+    }
+}
+
+/// The records a batch writes rows for.
+fn rows_of(batch: &Batch) -> Vec<(i32, i64)> {
+    batch
+        .writes
+        .iter()
+        .flat_map(|w| w.copies.iter())
+        .flat_map(|c| c.positions.iter().copied())
+        .collect()
+}
+
+struct FakePositions(Arc<Mutex<Db>>);
+
+impl PositionStore for FakePositions {
+    fn group(&self) -> &str {
+        "g"
+    }
+
+    fn claim(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, String> {
+        let mut db = self.0.lock().unwrap();
+        db.down()?;
+        Ok(tps
+            .iter()
+            .map(|t| {
+                db.take_over(t.partition);
+                db.rows[t].clone()
+            })
+            .collect())
+    }
+
+    fn read(&self, tps: &[TopicPartition]) -> Result<Vec<StoredOffset>, String> {
+        let mut db = self.0.lock().unwrap();
+        db.down()?;
+        Ok(tps.iter().filter_map(|t| db.rows.get(t).cloned()).collect())
+    }
+
+    fn reclaim(&self, owned: &[(TopicPartition, i64)]) -> Result<Vec<StoredOffset>, String> {
+        let mut db = self.0.lock().unwrap();
+        db.down()?;
+        let mut claims = Vec::new();
+        for (t, epoch) in owned {
+            let row = db.rows.get_mut(t).expect("reclaimed rows exist");
+            if row.reset_from_epoch == Some(*epoch) {
+                row.epoch += 1;
+                row.reset_from_epoch = None;
+                claims.push(row.clone());
+            }
+        }
+        Ok(claims)
+    }
+
+    fn move_to(
+        &self,
+        t: &TopicPartition,
+        epoch: i64,
+        expected: Option<i64>,
+        to: i64,
+        kind: MoveKind,
+        _detail: &str,
+    ) -> Result<bool, String> {
+        let mut db = self.0.lock().unwrap();
+        db.down()?;
+        let row = db.rows.get_mut(t).expect("claimed before");
+        if row.epoch != epoch || row.next_offset != expected {
+            return Ok(false);
+        }
+        row.next_offset = Some(to);
+        db.events.push((t.clone(), kind, to));
+        Ok(true)
+    }
+}
+
+struct NoCatalog;
+
+impl Catalog for NoCatalog {
+    fn mapper(&self, _: &TopicSettings, topic: &str) -> Result<TopicMapper, String> {
+        Err(format!("no table for {topic} in this test"))
+    }
+}
+
+// ---- the writers -------------------------------------------------------------------------
+
+/// How the fake writer answers a batch.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// Run the compare-and-set against the fake database.
+    Write,
+    Transient,
+    Permanent,
+    /// The writer task dies.
+    Die,
+}
+
+#[derive(Default)]
+struct Writers {
+    /// Sent and not answered yet, per lane in order.
+    queued: Vec<VecDeque<Batch>>,
+    /// Answered and waiting to be received.
+    ready: VecDeque<WriterEvent>,
+    /// Answers for the next batches, in order; `Write` when empty.
+    script: VecDeque<Answer>,
+    /// Every batch sent, for assertions: (lane, id, advances, rows).
+    sent: Vec<(usize, u64, Vec<OffsetAdvance>, Vec<(i32, i64)>)>,
+    dead: Vec<usize>,
+}
+
+struct FakeWriters {
+    state: Arc<Mutex<Writers>>,
+    db: Arc<Mutex<Db>>,
+    capacity: usize,
+}
+
+impl FakeWriters {
+    /// Answers the oldest queued batch of any lane (lane order), as a writer would.
+    fn answer_one(&self) -> bool {
+        let mut w = self.state.lock().unwrap();
+        let Some(lane) = (0..w.queued.len()).find(|&l| !w.queued[l].is_empty()) else {
+            return false;
+        };
+        let batch = w.queued[lane].pop_front().expect("found above");
+        let answer = w.script.pop_front().unwrap_or(Answer::Write);
+        let outcome = match answer {
+            Answer::Write => self.db.lock().unwrap().commit(&batch),
+            Answer::Transient => Outcome::Transient("connection reset".into()),
+            Answer::Permanent => Outcome::Permanent("value too long".into()),
+            Answer::Die => {
+                w.dead.push(lane);
+                w.queued[lane].clear();
+                w.ready.push_back(WriterEvent::Gone {
+                    lane,
+                    reason: "panicked: test".into(),
+                });
+                return true;
+            }
+        };
+        let committed = matches!(outcome, Outcome::Committed);
+        let rows = if committed { rows_of(&batch).len() } else { 0 };
+        w.ready.push_back(WriterEvent::Done(WriteResult {
+            lane,
+            batch_id: batch.id,
+            records: batch.records,
+            rows,
+            outcome,
+            transaction_time: Duration::from_millis(1),
+            batch_age: Duration::from_millis(2),
+            dead_letters: 0,
+            tables: vec![("t".into(), rows)],
+            offsets: batch.offsets.clone(),
+        }));
+        true
+    }
+}
+
+impl WriterPool for FakeWriters {
+    fn try_send(&self, lane: usize, batch: Batch) -> Result<(), SendError> {
+        let mut w = self.state.lock().unwrap();
+        if w.dead.contains(&lane) {
+            return Err(SendError::Gone);
+        }
+        if w.queued[lane].len() >= self.capacity {
+            return Err(SendError::Full);
+        }
+        w.sent
+            .push((lane, batch.id, batch.offsets.clone(), rows_of(&batch)));
+        w.queued[lane].push_back(batch);
+        Ok(())
+    }
+
+    fn try_recv(&self) -> Option<WriterEvent> {
+        self.state.lock().unwrap().ready.pop_front()
+    }
+
+    /// The pipeline waits: the writers answer in order.
+    fn recv_timeout(&self, _: Duration) -> Received {
+        if let Some(e) = self.try_recv() {
+            return Received::Event(e);
+        }
+        assert!(
+            self.answer_one(),
+            "the pipeline waits for a result with nothing in flight"
+        );
+        Received::Event(self.try_recv().expect("just answered"))
+    }
+}
+
+// ---- the consumer and the observer ---------------------------------------------------------
+
+#[derive(Default)]
+struct Consumer {
+    paused: Vec<TopicPartition>,
+    resumed: Vec<TopicPartition>,
+    seeks: Vec<(TopicPartition, Offset)>,
+    /// Seek failures to report once per partition.
+    seek_failures: HashMap<TopicPartition, SeekFailure>,
+    restarts: Vec<(TopicPartition, Offset)>,
+    watermarks: HashMap<TopicPartition, (i64, i64)>,
+    positions: HashMap<TopicPartition, i64>,
+    mirrored: Vec<(TopicPartition, i64)>,
+}
+
+struct FakeConsumer(Mutex<Consumer>);
+
+impl PartitionControl for FakeConsumer {
+    fn pause(&self, tps: &[TopicPartition]) {
+        self.0.lock().unwrap().paused.extend_from_slice(tps);
+    }
+    fn resume(&self, tps: &[TopicPartition]) {
+        self.0.lock().unwrap().resumed.extend_from_slice(tps);
+    }
+    fn seek(&self, targets: &[(TopicPartition, Offset)]) -> Vec<(TopicPartition, SeekFailure)> {
+        let mut c = self.0.lock().unwrap();
+        c.seeks.extend_from_slice(targets);
+        targets
+            .iter()
+            .filter_map(|(t, _)| c.seek_failures.remove(t).map(|f| (t.clone(), f)))
+            .collect()
+    }
+    fn watermarks(&self, t: &TopicPartition) -> Result<(i64, i64), String> {
+        Ok(*self
+            .0
+            .lock()
+            .unwrap()
+            .watermarks
+            .get(t)
+            .unwrap_or(&(0, 1_000_000)))
+    }
+    fn restart_at(&self, t: &TopicPartition, offset: Offset) -> Result<(), String> {
+        self.0.lock().unwrap().restarts.push((t.clone(), offset));
+        Ok(())
+    }
+    fn commit_to_kafka(&self, positions: &[(TopicPartition, i64)]) {
+        self.0.lock().unwrap().mirrored.extend_from_slice(positions);
+    }
+    fn positions(&self, tps: &[TopicPartition]) -> Vec<Option<i64>> {
+        let c = self.0.lock().unwrap();
+        tps.iter().map(|t| c.positions.get(t).copied()).collect()
+    }
+}
+
+/// What the observer saw, as short words.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<String>>>);
+
+impl Observer for Seen {
+    fn observe(&self, event: Event<'_>) {
+        let word = match event {
+            Event::Committed(r) => format!("committed {}", r.rows),
+            Event::Failed(f) => format!("failed {}", f.label()),
+            Event::Rebalanced { kind, owned } => format!("{} {owned}", kind.label()),
+            Event::Consumed(n) => format!("consumed {n}"),
+            Event::Progress { .. } => return,
+        };
+        self.0.lock().unwrap().push(word);
+    }
+}
+
+impl Seen {
+    fn failures(&self) -> Vec<String> {
+        let seen = self.0.lock().unwrap();
+        seen.iter()
+            .filter(|w| w.starts_with("failed"))
+            .cloned()
+            .collect()
+    }
+}
+
+// ---- the harness -------------------------------------------------------------------------
+
+struct Harness {
+    pipeline: Pipeline,
+    consumer: FakeConsumer,
+    db: Arc<Mutex<Db>>,
+    writers: Arc<Mutex<Writers>>,
+    answering: FakeWriters,
+    seen: Seen,
+    /// The test's clock: every tick moves it past every deadline and backoff.
+    clock: Instant,
+}
+
+fn topic_settings(extra: &str) -> TopicSettings {
+    Figment::from(Toml::string(&format!(
+        "name = \"{TOPIC}\"\ntable = \"t\"\n{extra}"
+    )))
+    .extract()
+    .expect("valid topic settings")
+}
+
+fn column(name: &str, ty: ColumnType, not_null: bool) -> Column {
+    Column {
+        name: name.into(),
+        ty,
+        sql_type: format!("{ty:?}").to_lowercase(),
+        not_null,
+        has_default: false,
+    }
+}
+
+/// `t (id int8 primary key, note text)`.
+fn table() -> Arc<Table> {
+    Arc::new(Table {
+        oid: 1,
+        schema: "public".into(),
+        name: "t".into(),
+        columns: vec![
+            column("id", ColumnType::Int8, true),
+            column("note", ColumnType::Text, false),
+        ],
+        skipped: vec![],
+        primary_key: vec!["id".into()],
+        unique_keys: vec![vec!["id".into()]],
+    })
+}
+
+struct Setup {
+    lanes: usize,
+    max_records: usize,
+    max_in_flight: usize,
+    reset: ResetPolicy,
+    topic: &'static str,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            lanes: 1,
+            max_records: 3,
+            max_in_flight: 2,
+            reset: ResetPolicy::Earliest,
+            topic: "",
+        }
+    }
+}
+
+impl Harness {
+    fn new(setup: Setup) -> Self {
+        let settings = topic_settings(setup.topic);
+        let mapper = TopicMapper::new(&settings, table()).expect("the mapping fits the table");
+        let db = Arc::new(Mutex::new(Db::default()));
+        let writers = Arc::new(Mutex::new(Writers {
+            queued: (0..setup.lanes).map(|_| VecDeque::new()).collect(),
+            ..Writers::default()
+        }));
+        let pool = |state: &Arc<Mutex<Writers>>| FakeWriters {
+            state: state.clone(),
+            db: db.clone(),
+            capacity: setup.max_in_flight,
+        };
+        let seen = Seen::default();
+        let limits = BatchSettings {
+            max_records: setup.max_records,
+            max_in_flight: setup.max_in_flight,
+            ..BatchSettings::default()
+        };
+        let pipeline = Pipeline::new(PipelineParts {
+            routes: vec![Route {
+                topic: TOPIC.into(),
+                mapper,
+                consumed: 0,
+            }],
+            router: Router::new(std::slice::from_ref(&settings)).expect("valid routes"),
+            catalog: Box::new(NoCatalog),
+            positions: Box::new(FakePositions(db.clone())),
+            lanes: setup.lanes,
+            writers: Box::new(pool(&writers)),
+            observer: Box::new(seen.clone()),
+            policy: Policy {
+                limits,
+                reset: setup.reset,
+                out_of_range: ResetPolicy::Fail,
+                mirror_commits: true,
+                claim_budget: Duration::from_secs(5),
+            },
+        });
+        Self {
+            pipeline,
+            consumer: FakeConsumer(Mutex::new(Consumer::default())),
+            answering: pool(&writers),
+            db,
+            writers,
+            seen,
+            clock: Instant::now(),
+        }
+    }
+
+    fn assign(&mut self, partitions: &[i32]) -> Vec<(TopicPartition, Offset)> {
+        let tps: Vec<TopicPartition> = partitions.iter().map(|&p| tp(p)).collect();
+        self.pipeline.on_assign(&self.consumer, &tps, &|| false)
+    }
+
+    /// The consumer hands over records `offsets` of partition `p`, `{"id": offset}` each
+    /// (with a note unless `sparse`), and moves its position past them.
+    fn deliver(&mut self, p: i32, offsets: impl IntoIterator<Item = i64>) {
+        for offset in offsets {
+            self.deliver_value(
+                p,
+                offset,
+                &format!(r#"{{"id": {offset}, "note": "n{offset}"}}"#),
+            );
+        }
+    }
+
+    fn deliver_value(&mut self, p: i32, offset: i64, value: &str) {
+        let key = offset.to_string();
+        let record = RecordView {
+            topic: TOPIC,
+            partition: p,
+            offset,
+            timestamp: Some(1_700_000_000_000),
+            key: Some(key.as_bytes()),
+            value: Some(value.as_bytes()),
+            headers: &[],
+        };
+        self.pipeline.on_record(&record);
+        self.consumer
+            .0
+            .lock()
+            .unwrap()
+            .positions
+            .insert(tp(p), offset + 1);
+    }
+
+    /// Time passes past every deadline and backoff, and the poll loop ticks.
+    fn tick(&mut self) {
+        self.clock += Duration::from_secs(3600);
+        self.pipeline.on_tick(&self.consumer, self.clock);
+    }
+
+    /// The writers answer everything queued, and the pipeline takes the answers in.
+    fn answer_all(&mut self) {
+        while self.answering.answer_one() {}
+        self.tick();
+    }
+
+    fn script(&self, answers: &[Answer]) {
+        self.writers
+            .lock()
+            .unwrap()
+            .script
+            .extend(answers.iter().cloned());
+    }
+
+    fn sent(&self) -> Vec<(usize, u64, Vec<OffsetAdvance>, Vec<(i32, i64)>)> {
+        self.writers.lock().unwrap().sent.clone()
+    }
+
+    fn seeks(&self) -> Vec<(TopicPartition, Offset)> {
+        std::mem::take(&mut self.consumer.0.lock().unwrap().seeks)
+    }
+
+    /// Every offset of `expected` written exactly once, nothing else.
+    fn assert_written_once(&self, p: i32, expected: std::ops::Range<i64>) {
+        let db = self.db.lock().unwrap();
+        let got: Vec<(i64, u32)> = db
+            .written
+            .iter()
+            .filter(|((part, _), _)| *part == p)
+            .map(|((_, o), n)| (*o, *n))
+            .collect();
+        let want: Vec<(i64, u32)> = expected.map(|o| (o, 1)).collect();
+        assert_eq!(got, want, "partition {p}: (offset, times written)");
+    }
+}
+
+// ---- the tests ---------------------------------------------------------------------------
+
+#[test]
+fn records_become_batches_that_commit_in_order_and_move_the_position() {
+    let mut h = Harness::new(Setup::default());
+    assert_eq!(h.assign(&[0]), vec![(tp(0), Offset::Beginning)]);
+    h.deliver(0, 0..7);
+    // Full at 3 records: two batches sealed, the 7th waits for max_wait.
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        (
+            sent[0].2[0].expected,
+            sent[0].2[0].next,
+            sent[1].2[0].expected,
+            sent[1].2[0].next
+        ),
+        (None, 3, Some(3), 6)
+    );
+    h.answer_all(); // commits both, and the tick seals the 7th
+    h.answer_all();
+    h.assert_written_once(0, 0..7);
+    assert_eq!(h.db.lock().unwrap().next(0), Some(7));
+    let c = h.consumer.0.lock().unwrap();
+    assert_eq!(
+        c.mirrored.last(),
+        Some(&(tp(0), 7)),
+        "mirrored to the group"
+    );
+}
+
+/// A batch fails transiently while the next one is already in flight: the second is refused
+/// (its expected position never came to be), the lane rewinds once to the stored offset, and
+/// what is read again is written exactly once.
+#[test]
+fn a_failure_chained_after_a_transient_error_rewinds_once_and_loses_nothing() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..3);
+    h.answer_all();
+    h.script(&[Answer::Transient]);
+    h.deliver(0, 3..9); // two batches in flight: 3..6 fails, 6..9 is stale
+    assert_eq!(h.sent().len(), 3);
+    h.answer_all();
+    assert_eq!(h.seen.failures(), vec!["failed transient", "failed stale"]);
+    assert_eq!(
+        h.consumer.0.lock().unwrap().paused,
+        vec![tp(0)],
+        "paused once while rewinding"
+    );
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Offset(3))]);
+    // Records fetched before the seek are dropped while rewinding; after it, read again.
+    h.deliver(0, 3..9);
+    h.answer_all();
+    h.deliver(0, 9..10);
+    h.answer_all();
+    h.answer_all();
+    h.assert_written_once(0, 0..10);
+    assert_eq!(h.db.lock().unwrap().next(0), Some(10));
+}
+
+/// A record sealed into a batch after a failure came back (while waiting for room) must not
+/// be sent: it chains onto the failure.
+#[test]
+fn a_batch_sealed_while_a_failure_arrives_is_dropped_not_sent() {
+    let mut h = Harness::new(Setup {
+        max_in_flight: 1,
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.script(&[Answer::Transient]);
+    h.deliver(0, 0..3); // sent, in flight
+    h.deliver(0, 3..6); // sealing waits for room, gets the failure, drops this batch
+    assert_eq!(h.sent().len(), 1, "the chained batch was never sent");
+    h.tick();
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Beginning)]);
+    h.deliver(0, 0..6);
+    h.answer_all();
+    h.assert_written_once(0, 0..6);
+}
+
+/// A revoke with two batches in flight waits for both and commits the open one, then writes
+/// nothing more for the partition.
+#[test]
+fn a_revoke_with_two_batches_in_flight_finishes_them_and_then_takes_nothing() {
+    let mut h = Harness::new(Setup {
+        lanes: 2,
+        ..Setup::default()
+    });
+    h.assign(&[0, 1]);
+    h.deliver(0, 0..8); // two full batches in flight, two records open
+    h.deliver(1, 0..2);
+    h.pipeline.on_revoke(&[tp(0)]);
+    h.assert_written_once(0, 0..8);
+    assert_eq!(h.db.lock().unwrap().next(0), Some(8));
+    assert!(
+        !h.pipeline.owned().contains(&tp(0)),
+        "partition 0 is given up"
+    );
+    let before = h.sent().len();
+    h.deliver(0, 8..12); // a stale fetch after the revoke
+    h.answer_all(); // the tick seals partition 1's batch at max_wait
+    h.answer_all();
+    assert!(
+        h.sent()
+            .iter()
+            .skip(before)
+            .all(|(_, _, adv, _)| adv.iter().all(|a| a.tp != tp(0))),
+        "nothing written for a revoked partition"
+    );
+    h.assert_written_once(0, 0..8);
+    h.assert_written_once(1, 0..2);
+    let seen = h.seen.0.lock().unwrap().clone();
+    assert!(seen.contains(&"revoke 1".to_string()), "{seen:?}");
+}
+
+/// After an operator's reset, the owner at the reset follows it; a zombie that lost the
+/// partition before the reset is fenced and writes nothing, even though the epoch it holds
+/// is "older" the same way.
+#[test]
+fn an_operators_reset_is_followed_by_the_owner_and_fences_a_zombie() {
+    let mut owner = Harness::new(Setup::default());
+    owner.assign(&[0]);
+    owner.deliver(0, 0..3);
+    owner.answer_all();
+    owner.db.lock().unwrap().operator_reset(0, 1);
+    owner.tick(); // the epoch check notices the reset of the epoch it holds
+    assert_eq!(owner.seeks(), vec![(tp(0), Offset::Offset(1))]);
+    let epoch = owner.db.lock().unwrap().epoch(0);
+    owner.deliver(0, 1..4);
+    owner.answer_all();
+    assert_eq!(owner.db.lock().unwrap().epoch(0), epoch, "no other claim");
+    assert_eq!(owner.db.lock().unwrap().next(0), Some(4));
+
+    // A zombie: claimed at epoch 1, taken over (epoch 2), then the new owner's epoch was reset.
+    let mut zombie = Harness::new(Setup::default());
+    zombie.assign(&[0]);
+    zombie.deliver(0, 0..3);
+    {
+        let mut db = zombie.db.lock().unwrap();
+        db.take_over(0);
+        db.operator_reset(0, 0);
+    }
+    zombie.answer_all();
+    assert_eq!(zombie.seen.failures(), vec!["failed fenced"]);
+    zombie.tick();
+    assert!(
+        zombie.seeks().is_empty(),
+        "a zombie does not follow the reset"
+    );
+    zombie.deliver(0, 0..3);
+    zombie.answer_all();
+    let db = zombie.db.lock().unwrap();
+    assert!(db.written.is_empty(), "the zombie wrote nothing");
+    assert_eq!(
+        db.rows[&tp(0)].reset_from_epoch,
+        Some(2),
+        "left for the owner"
+    );
+}
+
+/// `latest` is pinned at the claim: a rewind before the first commit returns there, not to a
+/// newer end.
+#[test]
+fn a_rewind_under_latest_returns_to_the_pinned_start() {
+    let mut h = Harness::new(Setup {
+        reset: ResetPolicy::Latest,
+        ..Setup::default()
+    });
+    h.consumer
+        .0
+        .lock()
+        .unwrap()
+        .watermarks
+        .insert(tp(0), (0, 50));
+    assert_eq!(h.assign(&[0]), vec![(tp(0), Offset::Offset(50))]);
+    assert_eq!(
+        h.db.lock().unwrap().events,
+        vec![(tp(0), MoveKind::PinnedLatest, 50)]
+    );
+    h.script(&[Answer::Transient]);
+    h.deliver(0, 50..53);
+    // The end moved on meanwhile; the rewind must not skip 50..53.
+    h.consumer
+        .0
+        .lock()
+        .unwrap()
+        .watermarks
+        .insert(tp(0), (0, 80));
+    h.answer_all();
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Offset(50))]);
+    h.deliver(0, 50..53);
+    h.answer_all();
+    h.assert_written_once(0, 50..53);
+}
+
+/// Upsert batches keep one column list per table: a record with another shape seals the
+/// batch and starts the next, and both commit in order.
+#[test]
+fn a_record_whose_shape_differs_seals_the_batch() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic: "mode = \"upsert\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.deliver(0, 0..2);
+    assert!(h.sent().is_empty());
+    h.deliver_value(0, 2, r#"{"id": 2}"#); // no note: another column list
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1, "the shape change sealed the batch");
+    assert_eq!(sent[0].3, vec![(0, 0), (0, 1)]);
+    assert_eq!(sent[0].2[0].next, 2);
+    h.answer_all();
+    let sent = h.sent();
+    assert_eq!(sent[1].3, vec![(0, 2)]);
+    assert_eq!((sent[1].2[0].expected, sent[1].2[0].next), (Some(2), 3));
+    h.answer_all();
+    h.assert_written_once(0, 0..3);
+}
+
+/// A writer that dies stops the sink: nothing waits for its answers, nothing more is sent to
+/// it, and what it committed before stays.
+#[test]
+fn a_writer_that_dies_stops_the_sink_without_hanging() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..3);
+    h.answer_all();
+    h.script(&[Answer::Die]);
+    h.deliver(0, 3..6);
+    h.deliver(0, 6..9);
+    h.pipeline.drain(); // would hang waiting for the dead writer's answers
+    match h.pipeline.take_fatal() {
+        Some(Fatal::WriterGone { lane: 0, .. }) => {}
+        other => panic!("expected WriterGone, got {other:?}"),
+    }
+    let before = h.sent().len();
+    h.deliver(0, 9..12);
+    h.pipeline.drain();
+    assert_eq!(h.sent().len(), before, "nothing sent to a dead writer");
+    h.assert_written_once(0, 0..3);
+    assert_eq!(h.db.lock().unwrap().next(0), Some(3));
+}
+
+/// Transaction markers: the consumer's position passes offsets that no record reaches the
+/// pipeline for; they are committed like records, under the fence, in order.
+#[test]
+fn an_offset_only_advance_moves_past_transaction_markers() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.deliver(0, 0..3); // records 0..3, then a commit marker at 3
+    h.consumer.0.lock().unwrap().positions.insert(tp(0), 4);
+    h.tick(); // the gap joins the open batch, and max_wait seals it
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!((sent[0].2[0].expected, sent[0].2[0].next), (None, 4));
+    assert_eq!(sent[0].3, vec![(0, 0), (0, 1), (0, 2)]);
+    h.answer_all();
+    assert_eq!(h.db.lock().unwrap().next(0), Some(4));
+    // An aborted transaction alone (records 4..9 and their marker): a batch without rows.
+    h.consumer.0.lock().unwrap().positions.insert(tp(0), 10);
+    h.tick(); // the gap opens a batch: its max_wait starts now
+    h.answer_all(); // sealed
+    h.answer_all(); // committed
+    assert_eq!(h.db.lock().unwrap().next(0), Some(10));
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].3.is_empty(), "no rows, only the advance");
+    h.assert_written_once(0, 0..3);
+}
+
+/// A position left over from the previous assignment is not trusted: it would skip records.
+#[test]
+fn a_position_from_before_the_assignment_is_not_a_gap() {
+    let mut h = Harness::new(Setup::default());
+    h.consumer.0.lock().unwrap().positions.insert(tp(0), 500);
+    h.assign(&[0]);
+    h.tick();
+    h.answer_all();
+    assert!(
+        h.sent().is_empty(),
+        "nothing committed from a stale position"
+    );
+    assert_eq!(h.db.lock().unwrap().next(0), None);
+}
+
+/// A claim retries while PostgreSQL is away, and gives up (stopping the sink with nothing
+/// assigned) once the claim budget is spent.
+#[test]
+fn a_claim_retries_while_postgres_is_away_then_gives_up() {
+    let mut h = Harness::new(Setup::default());
+    h.db.lock().unwrap().unavailable = 2;
+    assert_eq!(h.assign(&[0]), vec![(tp(0), Offset::Beginning)]);
+    assert!(!h.pipeline.has_fatal());
+
+    let mut h = Harness::new(Setup::default());
+    h.pipeline.policy.claim_budget = Duration::from_millis(1);
+    h.db.lock().unwrap().unavailable = 100;
+    assert!(h.assign(&[0]).is_empty(), "nothing starts");
+    assert!(matches!(h.pipeline.take_fatal(), Some(Fatal::Other(m)) if m.contains("cannot claim")));
+}
+
+/// A partition whose stored offset is outside its range stops the sink under `fail`, with
+/// nothing started.
+#[test]
+fn a_stored_offset_out_of_range_stops_under_fail() {
+    let mut h = Harness::new(Setup::default());
+    h.db.lock()
+        .unwrap()
+        .rows
+        .insert(tp(0), stored(0, Some(5), 1));
+    h.consumer
+        .0
+        .lock()
+        .unwrap()
+        .watermarks
+        .insert(tp(0), (10, 20));
+    assert!(h.assign(&[0]).is_empty());
+    assert!(matches!(
+        h.pipeline.take_fatal(),
+        Some(Fatal::OutOfRange {
+            stored: 5,
+            low: 10,
+            ..
+        })
+    ));
+}
+
+/// A seek that finds the fetcher stopped restarts it instead; another failure is retried.
+#[test]
+fn a_stopped_fetcher_is_restarted_and_other_seek_failures_retried() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.script(&[Answer::Transient]);
+    h.deliver(0, 0..3);
+    h.consumer
+        .0
+        .lock()
+        .unwrap()
+        .seek_failures
+        .insert(tp(0), SeekFailure::Other("timed out".into()));
+    h.answer_all();
+    assert_eq!(h.seeks().len(), 1);
+    h.deliver(0, 0..3);
+    assert!(h.sent().len() == 1, "still rewinding: nothing taken");
+    h.consumer
+        .0
+        .lock()
+        .unwrap()
+        .seek_failures
+        .insert(tp(0), SeekFailure::FetcherStopped("Erroneous state".into()));
+    h.tick();
+    assert_eq!(
+        h.consumer.0.lock().unwrap().restarts,
+        vec![(tp(0), Offset::Beginning)]
+    );
+    h.deliver(0, 0..3);
+    h.answer_all();
+    h.assert_written_once(0, 0..3);
+}
+
+/// A permanent refusal stops the sink; what committed before stays, the rest is unwritten.
+#[test]
+fn a_permanent_refusal_stops_with_the_position_at_the_batch() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..3);
+    h.answer_all();
+    h.script(&[Answer::Permanent]);
+    h.deliver(0, 3..6);
+    h.pipeline.drain();
+    assert!(matches!(
+        h.pipeline.take_fatal(),
+        Some(Fatal::Rejected { .. })
+    ));
+    assert_eq!(h.db.lock().unwrap().next(0), Some(3));
+    h.assert_written_once(0, 0..3);
+    assert_eq!(h.seen.failures(), vec!["failed rejected"]);
+}
+
+/// The consumed count is reported before any commit that holds the records.
+#[test]
+fn consumed_records_are_reported_before_their_commit() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..3);
+    h.answer_all();
+    let seen = h.seen.0.lock().unwrap().clone();
+    let consumed = seen.iter().position(|w| w == "consumed 3");
+    let committed = seen.iter().position(|w| w == "committed 3");
+    assert!(consumed.is_some() && consumed < committed, "{seen:?}");
+    assert_eq!(seen.first().map(String::as_str), Some("assign 1"));
+    let _ = Rebalance::Assign;
+}
