@@ -203,6 +203,9 @@ enum Answer {
     Die,
 }
 
+/// A batch as sent: lane, id, advances, rows (partition, offset).
+type Sent = (usize, u64, Vec<OffsetAdvance>, Vec<(i32, i64)>);
+
 #[derive(Default)]
 struct Writers {
     /// Sent and not answered yet, per lane in order.
@@ -212,7 +215,7 @@ struct Writers {
     /// Answers for the next batches, in order; `Write` when empty.
     script: VecDeque<Answer>,
     /// Every batch sent, for assertions: (lane, id, advances, rows).
-    sent: Vec<(usize, u64, Vec<OffsetAdvance>, Vec<(i32, i64)>)>,
+    sent: Vec<Sent>,
     dead: Vec<usize>,
 }
 
@@ -551,7 +554,7 @@ impl Harness {
             .extend(answers.iter().cloned());
     }
 
-    fn sent(&self) -> Vec<(usize, u64, Vec<OffsetAdvance>, Vec<(i32, i64)>)> {
+    fn sent(&self) -> Vec<Sent> {
         self.writers.lock().unwrap().sent.clone()
     }
 
