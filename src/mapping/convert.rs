@@ -13,7 +13,9 @@ use crate::config::TimeUnit;
 use crate::pgcopy::encode_numeric;
 use crate::schema::ColumnType;
 
-/// A value from the record: JSON, or a plain string (a record key that is not JSON).
+/// A value from the record as a converter takes it: JSON (a field, a constant, a JSON key),
+/// or a plain string (a record key that is not JSON). One type for both, so a decoded key
+/// goes to a converter as it is. Borrowed and `Copy`: it never owns record data.
 #[derive(Debug, Clone, Copy)]
 pub enum Input<'a> {
     Json(&'a RawValue),

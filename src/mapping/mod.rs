@@ -32,7 +32,7 @@ use crate::pgcopy::{encode_numeric, CopyBuffer};
 use crate::record::{OwnedRecord, RecordView};
 use crate::schema::{Column, ColumnType, Table};
 use convert::Input;
-use envelope::{HintCache, KeyDoc, Op};
+use envelope::{HintCache, Op};
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -372,7 +372,7 @@ impl TopicMapper {
         record: &RecordView<'a>,
         doc: Option<&'a str>,
         slots: &[Option<&'a RawValue>],
-        key: Option<KeyDoc<'a>>,
+        key: Option<Input<'a>>,
         hints: Option<&envelope::Hints>,
     ) -> Result<Value<'a>, String> {
         let json = |raw: Option<&'a RawValue>, hint: Option<Hint>| match raw {
@@ -402,17 +402,17 @@ impl TopicMapper {
             },
             Source::Key(path) => match key {
                 None => Value::Absent,
-                Some(KeyDoc::Str(s)) if path.is_empty() => Value::In(Input::Str(s), None),
-                Some(KeyDoc::Str(_)) => Value::Absent,
-                Some(KeyDoc::Json(raw)) => json(pointer::descend(raw, path)?, None),
+                Some(Input::Str(s)) if path.is_empty() => Value::In(Input::Str(s), None),
+                Some(Input::Str(_)) => Value::Absent,
+                Some(Input::Json(raw)) => json(pointer::descend(raw, path)?, None),
             },
             Source::KeyAuto(name) => match key {
                 None => Value::Absent,
-                Some(KeyDoc::Str(s)) => Value::In(Input::Str(s), None),
-                Some(KeyDoc::Json(raw)) if raw.get().starts_with('{') => {
+                Some(Input::Str(s)) => Value::In(Input::Str(s), None),
+                Some(Input::Json(raw)) if raw.get().starts_with('{') => {
                     json(pointer::field(raw, name)?, None)
                 }
-                Some(KeyDoc::Json(raw)) => json(Some(raw), None),
+                Some(Input::Json(raw)) => json(Some(raw), None),
             },
             Source::Meta(m) => Value::Meta(m),
             Source::Const(raw) => json(Some(raw), None),
@@ -523,7 +523,7 @@ impl TopicMapper {
         record: &RecordView<'a>,
         rows: &mut TableRows,
         value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
-        key: Option<KeyDoc<'a>>,
+        key: Option<Input<'a>>,
     ) -> Result<(), EncodeError> {
         let Some(keys) = self.upsert_keys.clone() else {
             return Err(MapError::DeleteNeedsUpsert.into());
@@ -534,7 +534,7 @@ impl TopicMapper {
             let mut value = value_of(k)?;
             // A tombstone has no document: a key column read from the value is looked up in
             // the record key instead (Debezium keys carry the key columns by name).
-            if let (Value::Absent, Source::Doc(path), Some(KeyDoc::Json(raw))) =
+            if let (Value::Absent, Source::Doc(path), Some(Input::Json(raw))) =
                 (&value, &self.sources[k], key)
             {
                 value = match pointer::descend(raw, path).map_err(|r| self.bad_value(k, r))? {
