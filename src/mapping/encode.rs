@@ -7,11 +7,10 @@
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use super::convert::{self, Hint, Input};
+use super::convert::{self, write_meta, write_raw, Hint, Input};
 use super::envelope::{self, Op};
 use super::{
-    pointer, write_meta, write_raw, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source,
-    TableRows, TopicMapper,
+    pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
 };
 use crate::config::RecordFormat;
 use crate::pgcopy::CopyBuffer;

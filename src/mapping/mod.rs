@@ -19,11 +19,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use bytes::{BufMut, BytesMut};
-use chrono::DateTime;
-use postgres_types::{ToSql, Type};
-use serde::de::IgnoredAny;
-use serde_json::value::RawValue;
 
 pub use convert::Hint;
 pub use encode::MAX_JSON_DEPTH;
@@ -31,10 +26,7 @@ pub use rows::{Rows, TableRows};
 pub use source::{Meta, Source};
 
 use crate::config::{OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
-use crate::pgcopy::{encode_numeric, CopyBuffer};
-use crate::record::RecordView;
 use crate::schema::{Column, ColumnType, Table};
-use convert::Input;
 use envelope::HintCache;
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
@@ -356,144 +348,6 @@ fn upsert_key_names(topic: &TopicSettings, table: &Table) -> Result<Vec<String>,
         ));
     }
     Ok(names)
-}
-
-/// Encodes with postgres-types; its error becomes the reason of a `BadValue`.
-fn to_sql<T: ToSql>(value: T, ty: &Type, out: &mut BytesMut) -> Result<(), String> {
-    value.to_sql(ty, out).map(|_| ()).map_err(|e| e.to_string())
-}
-
-/// The whole value into a json, jsonb, text or bytea column.
-fn write_raw(ty: ColumnType, bytes: &[u8], out: &mut BytesMut) -> Result<(), String> {
-    match ty {
-        ColumnType::Bytea => out.put_slice(bytes),
-        ColumnType::Text => {
-            let s = std::str::from_utf8(bytes)
-                .map_err(|_| "the value is not UTF-8 text".to_string())?;
-            convert::check_text(s)?;
-            out.put_slice(bytes);
-        }
-        _ => {
-            let s = std::str::from_utf8(bytes)
-                .map_err(|_| "the value is not UTF-8 JSON".to_string())?;
-            serde_json::from_str::<IgnoredAny>(s)
-                .map_err(|e| format!("the value is not JSON: {e}"))?;
-            convert::check_json_text(s)?;
-            if ty == ColumnType::Jsonb {
-                out.put_u8(1);
-            }
-            out.put_slice(bytes);
-        }
-    }
-    Ok(())
-}
-
-/// Metadata fitted to the column's type (a timestamp into timestamptz, timestamp or bigint; a
-/// key into bytea, text or json), so tables keep their own layout.
-fn write_meta(
-    meta: &Meta,
-    col: &Column,
-    r: &RecordView<'_>,
-    copy: &mut CopyBuffer,
-) -> Result<(), String> {
-    match meta {
-        Meta::Topic => {
-            copy.bytes(r.topic.as_bytes());
-            Ok(())
-        }
-        Meta::Partition => copy.field(|out| write_int(col.ty, r.partition as i64, out)),
-        Meta::Offset => copy.field(|out| write_int(col.ty, r.offset, out)),
-        Meta::Timestamp => match r.timestamp {
-            None => {
-                copy.null();
-                Ok(())
-            }
-            Some(ms) => copy.field(|out| {
-                let t = DateTime::from_timestamp_millis(ms)
-                    .ok_or_else(|| format!("timestamp {ms} out of range"))?;
-                match col.ty {
-                    ColumnType::Timestamptz => to_sql(t, &Type::TIMESTAMPTZ, out),
-                    ColumnType::Timestamp => to_sql(t.naive_utc(), &Type::TIMESTAMP, out),
-                    _ => to_sql(ms, &Type::INT8, out),
-                }
-            }),
-        },
-        Meta::Key => match r.key {
-            None => {
-                copy.null();
-                Ok(())
-            }
-            Some(key) => copy.field(|out| match col.ty {
-                ColumnType::Bytea => {
-                    out.put_slice(key);
-                    Ok(())
-                }
-                ColumnType::Text => {
-                    let s = std::str::from_utf8(key)
-                        .map_err(|_| "the record key is not UTF-8".to_string())?;
-                    convert::check_text(s)?;
-                    out.put_slice(key);
-                    Ok(())
-                }
-                _ => {
-                    let s = std::str::from_utf8(key)
-                        .map_err(|_| "the record key is not UTF-8 JSON".to_string())?;
-                    let raw: &RawValue = serde_json::from_str(s)
-                        .map_err(|e| format!("the record key is not JSON: {e}"))?;
-                    convert::encode(col.ty, Input::Json(raw), None, out)
-                }
-            }),
-        },
-        // The last header of that name, as the record's newest word on it.
-        Meta::Header(name) => match r.headers.iter().rev().find(|(k, _)| *k == name.as_bytes()) {
-            Some((_, Some(value))) => copy.field(|out| {
-                if col.ty == ColumnType::Text {
-                    let s = std::str::from_utf8(value).map_err(|_| {
-                        format!("header {name:?} is not UTF-8; a bytea column keeps any value")
-                    })?;
-                    if s.contains('\0') {
-                        return Err(format!(
-                            "header {name:?} holds NUL, which text cannot store; a bytea column keeps any value"
-                        ));
-                    }
-                }
-                out.put_slice(value);
-                Ok(())
-            }),
-            _ => {
-                copy.null();
-                Ok(())
-            }
-        },
-        Meta::Headers => copy.field(|out| {
-            let text = crate::headers::to_json(r.headers.iter().copied()).to_string();
-            convert::check_json_text(&text)?;
-            if col.ty == ColumnType::Jsonb {
-                out.put_u8(1);
-            }
-            out.put_slice(text.as_bytes());
-            Ok(())
-        }),
-    }
-}
-
-/// Partition and offset into any integer or numeric column; a value that does not fit is an
-/// error, never wrapped.
-fn write_int(ty: ColumnType, v: i64, out: &mut BytesMut) -> Result<(), String> {
-    match ty {
-        ColumnType::Int2 => to_sql(
-            i16::try_from(v).map_err(|_| format!("{v} does not fit smallint"))?,
-            &Type::INT2,
-            out,
-        ),
-        ColumnType::Int4 => to_sql(
-            i32::try_from(v).map_err(|_| format!("{v} does not fit integer"))?,
-            &Type::INT4,
-            out,
-        ),
-        ColumnType::Numeric => encode_numeric(&v.to_string(), out).map_err(|e| e.to_string()),
-        _ => to_sql(v, &Type::INT8, out),
-    }
 }
 
 #[cfg(test)]
