@@ -587,4 +587,49 @@ mod tests {
         let err = encoded(ColumnType::Bytea, "12", None).unwrap_err();
         assert!(err.contains("a base64 string"), "{err}");
     }
+
+    #[test]
+    fn an_input_is_json_or_plain_text_and_plain_text_reads_as_a_json_string() {
+        let json = |text: &str| -> Box<RawValue> { serde_json::from_str(text).unwrap() };
+        let escaped = json(r#""a\"b""#);
+        let number = json("12.5");
+        let plain = Input::Str(r#"a"b"#);
+
+        // A JSON string without escapes is borrowed; with them it is decoded once.
+        let unescaped = json(r#""ab""#);
+        assert!(matches!(
+            Input::Json(&unescaped).string(),
+            Ok(Some(Cow::Borrowed("ab")))
+        ));
+        assert!(matches!(Input::Json(&escaped).string(), Ok(Some(Cow::Owned(s))) if s == r#"a"b"#));
+        assert!(matches!(plain.string(), Ok(Some(Cow::Borrowed(r#"a"b"#)))));
+        assert!(matches!(Input::Json(&number).string(), Ok(None)));
+
+        // Only a non-string JSON value has a literal; plain text never does.
+        assert_eq!(Input::Json(&number).literal(), Some("12.5"));
+        assert_eq!(Input::Json(&escaped).literal(), None);
+        assert_eq!(Input::Str("12.5").literal(), None);
+
+        // As JSON, plain text is quoted, so it reads like the string it stands for.
+        assert_eq!(plain.json_text(), r#""a\"b""#);
+        assert_eq!(Input::Json(&number).json_text(), "12.5");
+        assert_eq!(Input::Str("12.5").shown(), r#""12.5""#);
+        let long = "x".repeat(100);
+        assert!(Input::Str(&long).shown().ends_with("(102 bytes)"));
+
+        // A plain-text key converts as the JSON string would.
+        let mut out = BytesMut::new();
+        encode(ColumnType::Int8, Input::Str("42"), None, &mut out).unwrap();
+        assert_eq!(out.to_vec(), 42i64.to_be_bytes());
+        let mut out = BytesMut::new();
+        encode(ColumnType::Jsonb, plain, None, &mut out).unwrap();
+        assert_eq!(out.to_vec(), b"\x01\"a\\\"b\"".to_vec());
+        let err = encode(
+            ColumnType::Int8,
+            Input::Str("4.2"),
+            None,
+            &mut BytesMut::new(),
+        );
+        assert!(err.unwrap_err().contains("expected an integer"));
+    }
 }

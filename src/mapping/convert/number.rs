@@ -170,3 +170,84 @@ pub(super) fn write_int(ty: ColumnType, v: i64, out: &mut BytesMut) -> Result<()
         _ => to_sql(v, &Type::INT8, out),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_int`'s field bytes, or its error.
+    fn int(ty: ColumnType, v: i64) -> Result<Vec<u8>, String> {
+        let mut out = BytesMut::new();
+        write_int(ty, v, &mut out).map(|()| out.to_vec())
+    }
+
+    fn numeric(text: &str) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        encode_numeric(text, &mut out).unwrap();
+        out.to_vec()
+    }
+
+    #[test]
+    fn partitions_and_offsets_narrow_to_each_integer_type_at_its_bounds_and_never_wrap() {
+        let (min2, max2) = (i64::from(i16::MIN), i64::from(i16::MAX));
+        assert_eq!(
+            int(ColumnType::Int2, max2),
+            Ok(i16::MAX.to_be_bytes().to_vec())
+        );
+        assert_eq!(
+            int(ColumnType::Int2, min2),
+            Ok(i16::MIN.to_be_bytes().to_vec())
+        );
+        for v in [max2 + 1, min2 - 1, i64::MAX, i64::MIN] {
+            assert_eq!(
+                int(ColumnType::Int2, v),
+                Err(format!("{v} does not fit smallint"))
+            );
+        }
+
+        let (min4, max4) = (i64::from(i32::MIN), i64::from(i32::MAX));
+        assert_eq!(
+            int(ColumnType::Int4, max4),
+            Ok(i32::MAX.to_be_bytes().to_vec())
+        );
+        assert_eq!(
+            int(ColumnType::Int4, min4),
+            Ok(i32::MIN.to_be_bytes().to_vec())
+        );
+        assert_eq!(
+            int(ColumnType::Int4, max2 + 1),
+            Ok(32_768i32.to_be_bytes().to_vec())
+        );
+        for v in [max4 + 1, min4 - 1, i64::MAX, i64::MIN] {
+            assert_eq!(
+                int(ColumnType::Int4, v),
+                Err(format!("{v} does not fit integer"))
+            );
+        }
+
+        for v in [i64::MAX, i64::MIN, 0, -1] {
+            assert_eq!(int(ColumnType::Int8, v), Ok(v.to_be_bytes().to_vec()));
+        }
+    }
+
+    #[test]
+    fn integers_into_numeric_keep_every_digit_of_i64() {
+        // 42: one base-10000 digit, weight 0, positive, no scale.
+        assert_eq!(
+            int(ColumnType::Numeric, 42),
+            Ok(vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 42])
+        );
+        for v in [i64::MAX, i64::MIN, 0, -1] {
+            assert_eq!(
+                int(ColumnType::Numeric, v),
+                Ok(numeric(&v.to_string())),
+                "{v}"
+            );
+        }
+        assert_ne!(
+            int(ColumnType::Numeric, i64::MAX),
+            int(ColumnType::Numeric, i64::MAX - 1),
+            "no rounding through a float"
+        );
+    }
+}

@@ -69,3 +69,43 @@ pub(crate) fn write_raw(ty: ColumnType, bytes: &[u8], out: &mut BytesMut) -> Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_raw`'s field bytes, or its error.
+    fn raw(ty: ColumnType, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let mut out = BytesMut::new();
+        write_raw(ty, bytes, &mut out).map(|()| out.to_vec())
+    }
+
+    #[test]
+    fn a_raw_value_goes_in_whole_or_is_refused_with_the_reason() {
+        let any = [0xff, 0x00, b'x'];
+        assert_eq!(raw(ColumnType::Bytea, &any), Ok(any.to_vec()));
+
+        assert_eq!(
+            raw(ColumnType::Text, "héllo".as_bytes()),
+            Ok("héllo".into())
+        );
+        let err = raw(ColumnType::Text, &any).unwrap_err();
+        assert!(err.contains("not UTF-8 text"), "{err}");
+        let err = raw(ColumnType::Text, b"a\0b").unwrap_err();
+        assert!(err.contains("NUL"), "{err}");
+
+        let sent = br#"{"b": 1,  "a": [true]}"#;
+        assert_eq!(raw(ColumnType::Json, sent), Ok(sent.to_vec()), "as sent");
+        let mut jsonb = vec![1u8];
+        jsonb.extend_from_slice(sent);
+        assert_eq!(raw(ColumnType::Jsonb, sent), Ok(jsonb));
+        for ty in [ColumnType::Json, ColumnType::Jsonb] {
+            let err = raw(ty, b"{not json").unwrap_err();
+            assert!(err.contains("not JSON"), "{err}");
+            let err = raw(ty, &any).unwrap_err();
+            assert!(err.contains("not UTF-8 JSON"), "{err}");
+            let err = raw(ty, br#"{"a":"\u0000"}"#).unwrap_err();
+            assert!(err.contains("\\u0000"), "{err}");
+        }
+    }
+}
