@@ -33,7 +33,9 @@ pub(crate) use text::write_raw;
 /// goes to a converter as it is. Borrowed and `Copy`: it never owns record data.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Input<'a> {
+    /// Valid JSON text, borrowed: not yet decoded, so a converter reads only what it needs.
     Json(&'a RawValue),
+    /// A record key that is not JSON, as its UTF-8 text.
     Str(&'a str),
 }
 

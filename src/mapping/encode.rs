@@ -26,6 +26,7 @@ enum Value<'a> {
     Null,
     /// A value for a converter, with what the record's schema says about its encoding.
     In(Input<'a>, Option<Hint>),
+    /// Record metadata, fitted to the column by `write_meta`.
     Meta(&'a Meta),
     /// The whole value (`format = "raw"`).
     Raw(&'a [u8]),
