@@ -1,22 +1,41 @@
 //! One value into one column's binary COPY form. Each error says what was wrong with the
 //! value; the caller adds the column and the record.
+//!
+//! `encode` takes a value from the record (JSON, or a key that is plain text) and dispatches
+//! on the column type; how numbers, dates and times, and text and JSON become bytes lives
+//! beside it (`number`, `datetime`, `text`), and the record's metadata and whole raw value
+//! have their own writers (`meta::write_meta`, `text::write_raw`). The tests of `encode` for
+//! each column type stay in this file, where README's claims point at them.
+
+mod datetime;
+mod meta;
+mod number;
+mod text;
 
 use std::borrow::Cow;
 
 use base64::Engine as _;
 use bytes::{BufMut, BytesMut};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use postgres_types::{ToSql, Type};
 use serde_json::value::RawValue;
 
 use crate::config::TimeUnit;
-use crate::pgcopy::encode_numeric;
 use crate::schema::ColumnType;
+use datetime::{epoch_integer, parse_date, parse_timestamp, write_time};
+use number::{decimal_from_base64, encode_number_text, is_json_number};
+use text::{check_text, write_json_text};
 
-/// A value from the record: JSON, or a plain string (a record key that is not JSON).
+pub(crate) use meta::write_meta;
+pub(crate) use text::write_raw;
+
+/// A value from the record as a converter takes it: JSON (a field, a constant, a JSON key),
+/// or a plain string (a record key that is not JSON). One type for both, so a decoded key
+/// goes to a converter as it is. Borrowed and `Copy`: it never owns record data.
 #[derive(Debug, Clone, Copy)]
-pub enum Input<'a> {
+pub(crate) enum Input<'a> {
+    /// Valid JSON text, borrowed: not yet decoded, so a converter reads only what it needs.
     Json(&'a RawValue),
+    /// A record key that is not JSON, as its UTF-8 text.
     Str(&'a str),
 }
 
@@ -77,13 +96,15 @@ pub enum Hint {
     JsonText,
 }
 
-/// Encodes `value` with postgres-types into the field being written.
+/// Encodes `value` with postgres-types into the field being written; its error becomes the
+/// reason of a `BadValue`. The one place every converter goes through for PostgreSQL's own
+/// binary forms.
 fn to_sql<T: ToSql>(value: T, ty: &Type, out: &mut BytesMut) -> Result<(), String> {
     value.to_sql(ty, out).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Writes `input` as column type `ty`. `null` is handled by the caller.
-pub fn encode(
+pub(crate) fn encode(
     ty: ColumnType,
     input: Input<'_>,
     hint: Option<Hint>,
@@ -201,283 +222,8 @@ fn expect_string<'a>(input: Input<'a>, what: &str) -> Result<Cow<'a, str>, Strin
         .ok_or_else(|| format!("expected {what}, got {}", input.shown()))
 }
 
-/// A decimal number as text, into any numeric column type.
-fn encode_number_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
-    match ty {
-        ColumnType::Int2 => {
-            let v = integer_text(text)?;
-            to_sql(
-                i16::try_from(v).map_err(|_| format!("{v} is out of range for smallint"))?,
-                &Type::INT2,
-                out,
-            )
-        }
-        ColumnType::Int4 => {
-            let v = integer_text(text)?;
-            to_sql(
-                i32::try_from(v).map_err(|_| format!("{v} is out of range for integer"))?,
-                &Type::INT4,
-                out,
-            )
-        }
-        ColumnType::Int8 => to_sql(integer_text(text)?, &Type::INT8, out),
-        // Exact: a real's value came from an f32 parse.
-        ColumnType::Float4 => to_sql(float_text(ty, text)? as f32, &Type::FLOAT4, out),
-        ColumnType::Float8 => to_sql(float_text(ty, text)?, &Type::FLOAT8, out),
-        ColumnType::Numeric => encode_numeric(text, out).map_err(|e| e.to_string()),
-        ColumnType::Text => {
-            out.put_slice(text.as_bytes());
-            Ok(())
-        }
-        other => Err(format!("a number cannot go into a {other:?} column")),
-    }
-}
-
-/// Strict: `1.5` or `1e3` into an integer column is an error, never rounded or truncated.
-fn integer_text(text: &str) -> Result<i64, String> {
-    text.parse::<i64>()
-        .map_err(|_| format!("expected an integer, got {}", abbreviate(text)))
-}
-
-/// A `real` (`Float4`) or `double precision` value. Also `NaN` and `±Infinity`, which JSON
-/// cannot hold as numbers, so producers send strings. A number is parsed once at the column's
-/// width (rounded to the nearest value, no double rounding); one the type cannot hold is an
-/// error, as in PostgreSQL's own input, never silently Infinity or 0.
-fn float_text(ty: ColumnType, text: &str) -> Result<f64, String> {
-    match text {
-        "NaN" => return Ok(f64::NAN),
-        "Infinity" => return Ok(f64::INFINITY),
-        "-Infinity" => return Ok(f64::NEG_INFINITY),
-        _ => {}
-    }
-    let bad = || format!("expected a number, got {}", abbreviate(text));
-    // Rust's parser also takes `inf` and `nan` (any case, signed): not numbers here.
-    if !is_json_number(text)
-        || !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-    {
-        return Err(bad());
-    }
-    let (value, name) = if ty == ColumnType::Float4 {
-        (text.parse::<f32>().map(f64::from).ok(), "real")
-    } else {
-        (text.parse::<f64>().ok(), "double precision")
-    };
-    let value = value.ok_or_else(bad)?;
-    if value.is_infinite() {
-        return Err(format!("{} is out of range for {name}", abbreviate(text)));
-    }
-    let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
-    if value == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
-        return Err(format!(
-            "{} is too small for {name}: it would become 0",
-            abbreviate(text)
-        ));
-    }
-    Ok(value)
-}
-
-/// The first character is enough: in valid JSON only numbers start with `-` or a digit. Also
-/// keeps Rust's `inf` and `+1` out of float parsing.
-fn is_json_number(text: &str) -> bool {
-    text.starts_with(|c: char| c == '-' || c.is_ascii_digit())
-}
-
-/// The text goes in as is, never re-serialised; jsonb's binary form is that text after a
-/// version byte.
-fn write_json_text(ty: ColumnType, text: &str, out: &mut BytesMut) -> Result<(), String> {
-    check_json_text(text)?;
-    if ty == ColumnType::Jsonb {
-        out.put_u8(1); // jsonb binary format version
-    }
-    out.put_slice(text.as_bytes());
-    Ok(())
-}
-
-/// `timestamp` without time zone stores the UTC wall-clock time, as offset-less input is read.
-/// PostgreSQL keeps microseconds: finer digits are dropped toward the past (floor), the same
-/// for times before and after 2000 (postgres-types alone would truncate toward 2000).
-fn write_time(ty: ColumnType, t: DateTime<Utc>, out: &mut BytesMut) -> Result<(), String> {
-    if t.timestamp() < PG_EARLIEST_SECONDS {
-        return Err(format!(
-            "{} is before PostgreSQL's earliest time, 4714-11-24 BC",
-            t.to_rfc3339()
-        ));
-    }
-    let t = DateTime::from_timestamp_micros(t.timestamp_micros())
-        .ok_or_else(|| format!("{} is out of range", t.to_rfc3339()))?;
-    match ty {
-        ColumnType::Timestamptz => to_sql(t, &Type::TIMESTAMPTZ, out),
-        ColumnType::Timestamp => to_sql(t.naive_utc(), &Type::TIMESTAMP, out),
-        ColumnType::Date => to_sql(t.date_naive(), &Type::DATE, out),
-        _ => to_sql(t.timestamp_millis(), &Type::INT8, out),
-    }
-}
-
-/// An integer time in `unit`; with no unit, epoch milliseconds, except that a date below
-/// 10,000,000 in magnitude counts days (Kafka Connect's `Date`: no epoch-milliseconds value
-/// that small names another day than 1970-01-01 or 1969-12-31).
-fn epoch_integer(
-    ty: ColumnType,
-    input: Input<'_>,
-    unit: Option<TimeUnit>,
-) -> Result<DateTime<Utc>, String> {
-    let text = input
-        .literal()
-        .filter(|t| is_json_number(t))
-        .ok_or_else(|| {
-            format!(
-                "expected an ISO-8601 string or an integer, got {}",
-                input.shown()
-            )
-        })?;
-    let n: i64 = text
-        .parse()
-        .map_err(|e: std::num::ParseIntError| match e.kind() {
-            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
-                format!("{} is out of range", abbreviate(text))
-            }
-            _ => format!("expected an integer, got {}", abbreviate(text)),
-        })?;
-    let unit = unit.unwrap_or(if ty == ColumnType::Date && n.unsigned_abs() < 10_000_000 {
-        TimeUnit::Days
-    } else {
-        TimeUnit::Ms
-    });
-    from_epoch(n, unit).ok_or_else(|| format!("{n} ({}) is out of range", unit.describe()))
-}
-
-/// `None` out of chrono's range, so the caller names the value instead of panicking; never
-/// a multiplication that could wrap. Negative values count back from 1970 with a
-/// non-negative sub-second part: -1 µs is 1969-12-31 23:59:59.999999.
-fn from_epoch(n: i64, unit: TimeUnit) -> Option<DateTime<Utc>> {
-    match unit {
-        TimeUnit::Days => NaiveDate::from_ymd_opt(1970, 1, 1)?
-            .checked_add_signed(chrono::Duration::try_days(n)?)
-            .and_then(|d| d.and_hms_opt(0, 0, 0))
-            .map(|t| t.and_utc()),
-        TimeUnit::S => DateTime::from_timestamp(n, 0),
-        TimeUnit::Ms => DateTime::from_timestamp_millis(n),
-        TimeUnit::Us => DateTime::from_timestamp_micros(n),
-        TimeUnit::Ns => Some(DateTime::from_timestamp_nanos(n)),
-    }
-}
-
-/// PostgreSQL's earliest timestamp and date, 4714-11-24 BC (Julian day 0), in Unix seconds.
-/// Its latest lies beyond chrono's range, so only this end needs a check.
-const PG_EARLIEST_SECONDS: i64 = -210_866_803_200;
-
-/// PostgreSQL text cannot hold NUL; catching it here names the field instead of failing the batch.
-pub fn check_text(s: &str) -> Result<(), String> {
-    if s.contains('\0') {
-        return Err("text cannot contain the NUL character (\\u0000)".into());
-    }
-    Ok(())
-}
-
-/// json and jsonb reject `\u0000` escapes; the rest of the text is valid JSON already.
-pub fn check_json_text(text: &str) -> Result<(), String> {
-    // Walk escapes pairwise: in `\\u0000` the backslash is escaped and "u0000" is plain text,
-    // which PostgreSQL stores; only a real `\u0000` escape is a NUL.
-    let mut bytes = text.as_bytes().iter();
-    while let Some(b) = bytes.next() {
-        if *b == b'\\' {
-            if bytes.as_slice().starts_with(b"u0000") {
-                return Err("JSON for json/jsonb cannot contain \\u0000".into());
-            }
-            bytes.next();
-        }
-    }
-    Ok(())
-}
-
-/// An ISO-8601 timestamp: RFC 3339, a space instead of `T`, or no offset (UTC assumed).
-pub fn parse_timestamp(s: &str) -> Result<DateTime<Utc>, String> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
-        return Ok(t.with_timezone(&Utc));
-    }
-    for fmt in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"] {
-        if let Ok(t) = DateTime::parse_from_str(s, fmt) {
-            return Ok(t.with_timezone(&Utc));
-        }
-    }
-    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
-            return Ok(t.and_utc());
-        }
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
-    }
-    Err(format!("{s:?} is not an ISO-8601 timestamp"))
-}
-
-/// Strict `YYYY-MM-DD`: a timestamp into a date column would silently lose its time.
-fn parse_date(s: &str) -> Result<DateTime<Utc>, String> {
-    NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc())
-        .map_err(|_| format!("{s:?} is not an ISO-8601 date (YYYY-MM-DD)"))
-}
-
-/// Decodes Connect's Decimal: base64 of a big-endian two's-complement unscaled integer.
-pub fn decimal_from_base64(b64: &str, scale: u32) -> Result<String, String> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64.as_bytes())
-        .map_err(|e| format!("decimal is not valid base64: {e}"))?;
-    if bytes.len() > 128 {
-        return Err("decimal is too long".into());
-    }
-    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
-    // Magnitude of a two's-complement number: invert and add one when negative.
-    let mut magnitude: Vec<u8> = if negative {
-        bytes.iter().map(|b| !b).collect()
-    } else {
-        bytes
-    };
-    if negative {
-        for b in magnitude.iter_mut().rev() {
-            let (v, carry) = b.overflowing_add(1);
-            *b = v;
-            if !carry {
-                break;
-            }
-        }
-    }
-    // Repeated division by 10 of the big-endian bytes.
-    let mut digits = Vec::new();
-    while magnitude.iter().any(|&b| b != 0) {
-        let mut rem = 0u32;
-        for b in magnitude.iter_mut() {
-            let cur = (rem << 8) | *b as u32;
-            *b = (cur / 10) as u8;
-            rem = cur % 10;
-        }
-        digits.push(b'0' + rem as u8);
-    }
-    if digits.is_empty() {
-        digits.push(b'0');
-    }
-    let scale = scale as usize;
-    while digits.len() <= scale {
-        digits.push(b'0');
-    }
-    digits.reverse();
-    let mut text = String::with_capacity(digits.len() + 2);
-    if negative {
-        text.push('-');
-    }
-    let point = digits.len() - scale;
-    text.push_str(std::str::from_utf8(&digits[..point]).expect("ascii digits"));
-    if scale > 0 {
-        text.push('.');
-        text.push_str(std::str::from_utf8(&digits[point..]).expect("ascii digits"));
-    }
-    Ok(text)
-}
-
 /// Shortens a value for an error message so a huge field does not flood the log.
-pub fn abbreviate(text: &str) -> String {
+fn abbreviate(text: &str) -> String {
     const MAX: usize = 64;
     if text.len() <= MAX {
         return text.to_string();
@@ -491,7 +237,11 @@ pub fn abbreviate(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use chrono::{DateTime, NaiveDate};
+
+    use super::datetime::{from_epoch, parse_timestamp};
     use super::*;
+    use crate::pgcopy::encode_numeric;
 
     #[test]
     fn connect_decimals_decode_exactly() {
@@ -838,5 +588,50 @@ mod tests {
         }
         let err = encoded(ColumnType::Bytea, "12", None).unwrap_err();
         assert!(err.contains("a base64 string"), "{err}");
+    }
+
+    #[test]
+    fn an_input_is_json_or_plain_text_and_plain_text_reads_as_a_json_string() {
+        let json = |text: &str| -> Box<RawValue> { serde_json::from_str(text).unwrap() };
+        let escaped = json(r#""a\"b""#);
+        let number = json("12.5");
+        let plain = Input::Str(r#"a"b"#);
+
+        // A JSON string without escapes is borrowed; with them it is decoded once.
+        let unescaped = json(r#""ab""#);
+        assert!(matches!(
+            Input::Json(&unescaped).string(),
+            Ok(Some(Cow::Borrowed("ab")))
+        ));
+        assert!(matches!(Input::Json(&escaped).string(), Ok(Some(Cow::Owned(s))) if s == r#"a"b"#));
+        assert!(matches!(plain.string(), Ok(Some(Cow::Borrowed(r#"a"b"#)))));
+        assert!(matches!(Input::Json(&number).string(), Ok(None)));
+
+        // Only a non-string JSON value has a literal; plain text never does.
+        assert_eq!(Input::Json(&number).literal(), Some("12.5"));
+        assert_eq!(Input::Json(&escaped).literal(), None);
+        assert_eq!(Input::Str("12.5").literal(), None);
+
+        // As JSON, plain text is quoted, so it reads like the string it stands for.
+        assert_eq!(plain.json_text(), r#""a\"b""#);
+        assert_eq!(Input::Json(&number).json_text(), "12.5");
+        assert_eq!(Input::Str("12.5").shown(), r#""12.5""#);
+        let long = "x".repeat(100);
+        assert!(Input::Str(&long).shown().ends_with("(102 bytes)"));
+
+        // A plain-text key converts as the JSON string would.
+        let mut out = BytesMut::new();
+        encode(ColumnType::Int8, Input::Str("42"), None, &mut out).unwrap();
+        assert_eq!(out.to_vec(), 42i64.to_be_bytes());
+        let mut out = BytesMut::new();
+        encode(ColumnType::Jsonb, plain, None, &mut out).unwrap();
+        assert_eq!(out.to_vec(), b"\x01\"a\\\"b\"".to_vec());
+        let err = encode(
+            ColumnType::Int8,
+            Input::Str("4.2"),
+            None,
+            &mut BytesMut::new(),
+        );
+        assert!(err.unwrap_err().contains("expected an integer"));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use super::convert::Hint;
+use super::convert::{Hint, Input};
 use super::pointer;
 use super::MapError;
 use crate::config::{RecordFormat, TimeUnit};
@@ -157,31 +157,25 @@ pub fn decode<'a>(
 }
 
 /// The record key as a document: JSON when it parses (unwrapping a Connect envelope), else
-/// a plain string.
-pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<KeyDoc<'_>, MapError> {
+/// a plain string. Either way it is what a converter takes, so a key column needs no second
+/// decoding.
+pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<Input<'_>, MapError> {
     if let Ok(raw) = serde_json::from_slice::<&RawValue>(key) {
         if matches!(format, RecordFormat::ConnectJson | RecordFormat::Debezium)
             && raw.get().starts_with('{')
         {
             if let (_, Some(payload)) = envelope_parts(raw)? {
-                return Ok(KeyDoc::Json(payload));
+                return Ok(Input::Json(payload));
             }
         }
-        return Ok(KeyDoc::Json(raw));
+        return Ok(Input::Json(raw));
     }
     match std::str::from_utf8(key) {
-        Ok(s) => Ok(KeyDoc::Str(s)),
+        Ok(s) => Ok(Input::Str(s)),
         Err(_) => Err(MapError::NotAnObject(
             "the record key is neither JSON nor UTF-8 text".into(),
         )),
     }
-}
-
-/// A record key, decoded.
-#[derive(Debug, Clone, Copy)]
-pub enum KeyDoc<'a> {
-    Json(&'a RawValue),
-    Str(&'a str),
 }
 
 /// Validated but not built into a tree: only a few envelope fields are read, borrowed from
@@ -306,14 +300,14 @@ mod tests {
     fn keys_are_json_or_plain_text() {
         assert!(matches!(
             key_document(RecordFormat::Json, b"o-1"),
-            Ok(KeyDoc::Str("o-1"))
+            Ok(Input::Str("o-1"))
         ));
         assert!(
-            matches!(key_document(RecordFormat::Json, b"42"), Ok(KeyDoc::Json(r)) if r.get() == "42")
+            matches!(key_document(RecordFormat::Json, b"42"), Ok(Input::Json(r)) if r.get() == "42")
         );
         let connect = br#"{"schema":{"type":"struct"},"payload":{"id":7}}"#;
         assert!(
-            matches!(key_document(RecordFormat::Debezium, connect), Ok(KeyDoc::Json(r)) if r.get() == r#"{"id":7}"#)
+            matches!(key_document(RecordFormat::Debezium, connect), Ok(Input::Json(r)) if r.get() == r#"{"id":7}"#)
         );
         assert!(key_document(RecordFormat::Json, &[0xff, 0xfe]).is_err());
     }

@@ -1,9 +1,13 @@
 //! Mapping without a database: tables are described by hand.
 
-use super::*;
-use crate::headers::Header;
+use bytes::BytesMut;
 use figment::providers::{Format, Toml};
 use figment::Figment;
+
+use super::*;
+use crate::headers::Header;
+use crate::pgcopy::encode_numeric;
+use crate::record::RecordView;
 
 fn col(name: &str, ty: ColumnType, not_null: bool, has_default: bool) -> Column {
     Column {

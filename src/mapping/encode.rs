@@ -1,0 +1,376 @@
+//! One record into its table's rows: the hot path, run for every record a sink consumes.
+//!
+//! The record is decoded by its format, its document scanned once into the slots the columns
+//! read, and each column's value written straight into the batch's COPY buffer. Nothing here
+//! is decided per record that `TopicMapper::new` could decide once.
+
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+use super::convert::{self, write_meta, write_raw, Hint, Input};
+use super::envelope::{self, Op};
+use super::{
+    pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
+};
+use crate::config::RecordFormat;
+use crate::pgcopy::CopyBuffer;
+use crate::record::{OwnedRecord, RecordView};
+
+/// A column's value for one record, borrowed from the record or the mapping: found for every
+/// column before the row begins, so a missing or null value fails the record with nothing
+/// written.
+enum Value<'a> {
+    /// Nothing there: the column is left out (its default applies) or is an error.
+    Absent,
+    /// JSON `null`, or a tombstone's raw value.
+    Null,
+    /// A value for a converter, with what the record's schema says about its encoding.
+    In(Input<'a>, Option<Hint>),
+    /// Record metadata, fitted to the column by `write_meta`.
+    Meta(&'a Meta),
+    /// The whole value (`format = "raw"`).
+    Raw(&'a [u8]),
+}
+
+impl TopicMapper {
+    /// Encodes the record into `rows` as one row or one delete; on error nothing is written.
+    pub fn encode(&self, record: &RecordView<'_>, rows: &mut TableRows) -> Result<(), EncodeError> {
+        let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
+        if bytes as u64 > self.max_record_bytes {
+            return Err(MapError::TooLarge {
+                bytes,
+                limit: self.max_record_bytes,
+            }
+            .into());
+        }
+        if let Some(value) = record.value {
+            if self.format != RecordFormat::Raw && nests_deeper_than(value, MAX_JSON_DEPTH) {
+                return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
+            }
+        }
+        let decoded = envelope::decode(
+            self.format,
+            record.value,
+            self.delete_on_tombstone,
+            &self.hints,
+        )?;
+        let key = match record.key {
+            Some(k) if self.needs_key || decoded.op == Op::Delete => {
+                Some(envelope::key_document(self.format, k)?)
+            }
+            _ => None,
+        };
+        let mut slots: Vec<Option<&RawValue>> = vec![None; self.fields.len()];
+        if let Some(doc) = decoded.doc {
+            if self.fields.is_empty() {
+                // Nothing to read from it, but a malformed value is still an error.
+                serde_json::from_str::<IgnoredAny>(doc)
+                    .map_err(|e| MapError::NotAnObject(e.to_string()))?;
+            } else {
+                pointer::parse_object(doc, &self.fields, &mut slots)?;
+            }
+        }
+        let hints = decoded.hints.as_deref();
+        let value_of = |i: usize| -> Result<Value<'_>, MapError> {
+            self.value(i, record, decoded.doc, &slots, key, hints)
+                .map_err(|reason| self.bad_value(i, reason))
+        };
+        match decoded.op {
+            Op::Write => self.encode_write(record, rows, value_of),
+            Op::Delete => self.encode_delete(record, rows, value_of, key),
+        }
+    }
+
+    /// Names the column, its type and where the value came from, so the error says what to fix.
+    fn bad_value(&self, i: usize, reason: String) -> MapError {
+        let col = &self.table.columns[i];
+        MapError::BadValue {
+            column: col.name.clone(),
+            sql_type: col.sql_type.clone(),
+            origin: self.sources[i].describe(),
+            reason,
+        }
+    }
+
+    /// Finds column `i`'s value for this record.
+    fn value<'a>(
+        &'a self,
+        i: usize,
+        record: &RecordView<'a>,
+        doc: Option<&'a str>,
+        slots: &[Option<&'a RawValue>],
+        key: Option<Input<'a>>,
+        hints: Option<&envelope::Hints>,
+    ) -> Result<Value<'a>, String> {
+        let json = |raw: Option<&'a RawValue>, hint: Option<Hint>| match raw {
+            None => Value::Absent,
+            Some(r) if r.get() == "null" => Value::Null,
+            Some(r) => Value::In(Input::Json(r), hint),
+        };
+        Ok(match &self.sources[i] {
+            Source::Doc(path) => match (path.split_first(), doc) {
+                (_, None) => Value::Absent,
+                (None, Some(doc)) => {
+                    let whole: &RawValue = serde_json::from_str(doc).map_err(|e| e.to_string())?;
+                    json(Some(whole), None)
+                }
+                (Some((first, rest)), Some(_)) => {
+                    let start = self.slot_of[i].and_then(|s| slots[s]);
+                    let hint = if rest.is_empty() {
+                        hints.and_then(|h| h.get(first).copied())
+                    } else {
+                        None
+                    };
+                    match start {
+                        Some(raw) => json(pointer::descend(raw, rest)?, hint),
+                        None => Value::Absent,
+                    }
+                }
+            },
+            Source::Key(path) => match key {
+                None => Value::Absent,
+                Some(Input::Str(s)) if path.is_empty() => Value::In(Input::Str(s), None),
+                Some(Input::Str(_)) => Value::Absent,
+                Some(Input::Json(raw)) => json(pointer::descend(raw, path)?, None),
+            },
+            Source::KeyAuto(name) => match key {
+                None => Value::Absent,
+                Some(Input::Str(s)) => Value::In(Input::Str(s), None),
+                Some(Input::Json(raw)) if raw.get().starts_with('{') => {
+                    json(pointer::field(raw, name)?, None)
+                }
+                Some(Input::Json(raw)) => json(Some(raw), None),
+            },
+            Source::Meta(m) => Value::Meta(m),
+            Source::Const(raw) => json(Some(raw), None),
+            Source::Raw => match record.value {
+                Some(v) => Value::Raw(v),
+                None => Value::Null,
+            },
+            Source::Default => Value::Absent,
+        })
+    }
+
+    /// On error the partial row is undone and the scratch list kept for reuse, so the batch is
+    /// exactly as it was before this record.
+    fn encode_write<'a>(
+        &'a self,
+        record: &RecordView<'a>,
+        rows: &mut TableRows,
+        value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
+    ) -> Result<(), EncodeError> {
+        let mut values = Vec::with_capacity(self.sources.len());
+        let mut include = std::mem::take(&mut rows.scratch);
+        include.clear();
+        let result = (|| {
+            for (i, col) in self.table.columns.iter().enumerate() {
+                let value = value_of(i)?;
+                let present = match (&value, &self.sources[i]) {
+                    (_, Source::Default) => false,
+                    (Value::Absent, _) if col.has_default => false,
+                    (Value::Absent, source) if col.not_null => {
+                        return Err(MapError::MissingField {
+                            column: col.name.clone(),
+                            sql_type: col.sql_type.clone(),
+                            origin: source.describe(),
+                        })
+                    }
+                    // Left out of an upsert's column list, the column is neither inserted (its
+                    // NULL applies to a new row) nor updated: a partial record (CDC with only
+                    // the changed columns) must not erase what it does not carry.
+                    (Value::Absent, _) if self.upsert_keys.is_some() => false,
+                    (Value::Null, _) if col.not_null => {
+                        return Err(MapError::NullForNotNull {
+                            column: self.sources[i].describe(),
+                        })
+                    }
+                    _ => true,
+                };
+                if present {
+                    include.push(i as u16);
+                }
+                values.push(value);
+            }
+            if let Some(keys) = &self.upsert_keys {
+                for &k in keys.iter() {
+                    if matches!(values[k as usize], Value::Absent | Value::Null) {
+                        return Err(MapError::MissingKey {
+                            column: self.table.columns[k as usize].name.clone(),
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            rows.scratch = include;
+            return Err(e.into());
+        }
+        let ordinal = rows.next_ordinal;
+        let upsert = self.upsert_keys.is_some();
+        let keep = rows.keep_origins;
+        let Some(shape) = rows.buffer_for(&include) else {
+            rows.scratch = include;
+            return Err(EncodeError::ShapeChanged);
+        };
+        let copy = &mut shape.buffer;
+        let mark = copy.begin_row(include.len() + usize::from(upsert));
+        let mut written = Ok(());
+        for &i in &include {
+            let i = i as usize;
+            if let Err(reason) = self.write_value(i, &values[i], record, copy) {
+                written = Err(self.bad_value(i, reason));
+                break;
+            }
+        }
+        match written {
+            Ok(()) => {
+                if upsert {
+                    // The record's position in the batch: the last one per key wins.
+                    copy.bytes(&ordinal.to_be_bytes());
+                }
+                copy.end_row(mark);
+                shape.note(
+                    ordinal,
+                    record,
+                    keep.then(|| OwnedRecord::from_view(record)),
+                );
+                rows.next_ordinal += 1;
+            }
+            Err(_) => copy.undo_row(mark),
+        }
+        rows.scratch = include;
+        written.map_err(EncodeError::Invalid)
+    }
+
+    /// Deletes get their own COPY of key columns and ordinal, so the merge can tell whether a
+    /// key's last record in the batch was a delete or an upsert.
+    fn encode_delete<'a>(
+        &'a self,
+        record: &RecordView<'a>,
+        rows: &mut TableRows,
+        value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
+        key: Option<Input<'a>>,
+    ) -> Result<(), EncodeError> {
+        let Some(keys) = self.upsert_keys.clone() else {
+            return Err(MapError::DeleteNeedsUpsert.into());
+        };
+        let mut values = Vec::with_capacity(keys.len());
+        for &k in keys.iter() {
+            let k = k as usize;
+            let mut value = value_of(k)?;
+            // A tombstone has no document: a key column read from the value is looked up in
+            // the record key instead (Debezium keys carry the key columns by name).
+            if let (Value::Absent, Source::Doc(path), Some(Input::Json(raw))) =
+                (&value, &self.sources[k], key)
+            {
+                value = match pointer::descend(raw, path).map_err(|r| self.bad_value(k, r))? {
+                    Some(v) if v.get() != "null" => Value::In(Input::Json(v), None),
+                    _ => Value::Absent,
+                };
+            }
+            if matches!(value, Value::Absent | Value::Null) {
+                return Err(MapError::MissingKey {
+                    column: self.table.columns[k].name.clone(),
+                }
+                .into());
+            }
+            values.push((k, value));
+        }
+        let ordinal = rows.next_ordinal;
+        let keep = rows.keep_origins;
+        let deletes = rows.deletes.get_or_insert_with(|| Rows::new(keys.to_vec()));
+        let copy = &mut deletes.buffer;
+        let mark = copy.begin_row(values.len() + 1);
+        for (k, value) in &values {
+            if let Err(reason) = self.write_value(*k, value, record, copy) {
+                copy.undo_row(mark);
+                return Err(self.bad_value(*k, reason).into());
+            }
+        }
+        copy.bytes(&ordinal.to_be_bytes());
+        copy.end_row(mark);
+        deletes.note(
+            ordinal,
+            record,
+            keep.then(|| OwnedRecord::from_view(record)),
+        );
+        rows.next_ordinal += 1;
+        Ok(())
+    }
+
+    /// Absent and null both write NULL here: whether either is allowed was settled before the
+    /// row began.
+    fn write_value(
+        &self,
+        i: usize,
+        value: &Value<'_>,
+        record: &RecordView<'_>,
+        copy: &mut CopyBuffer,
+    ) -> Result<(), String> {
+        let col = &self.table.columns[i];
+        match value {
+            Value::Absent | Value::Null => {
+                copy.null();
+                Ok(())
+            }
+            Value::In(input, hint) => {
+                let hint = self.time_hint(i, *hint)?;
+                copy.field(|out| convert::encode(col.ty, *input, hint, out))
+            }
+            Value::Meta(meta) => write_meta(meta, col, record, copy),
+            Value::Raw(bytes) => copy.field(|out| write_raw(col.ty, bytes, out)),
+        }
+    }
+
+    /// The schema's hint for column `i` with the configured unit applied: a column's own unit
+    /// must agree with a schema that gives one; the topic's unit fills in where none does.
+    fn time_hint(&self, i: usize, schema: Option<Hint>) -> Result<Option<Hint>, String> {
+        Ok(match (self.units[i], schema) {
+            (None, hint) => hint,
+            (Some(ConfiguredUnit::Column(unit)), Some(Hint::Epoch(given))) if given != unit => {
+                return Err(format!(
+                    "the record's schema gives {} but time_units says {}",
+                    given.describe(),
+                    unit.describe()
+                ))
+            }
+            (Some(ConfiguredUnit::Column(unit)), _) => Some(Hint::Epoch(unit)),
+            (Some(ConfiguredUnit::Topic(_)), Some(hint)) => Some(hint),
+            (Some(ConfiguredUnit::Topic(unit)), None) => Some(Hint::Epoch(unit)),
+        })
+    }
+}
+
+/// Deeper JSON is refused before it is decoded: PostgreSQL's json parsers stop at their stack
+/// limit with an error no retry can fix, and real records nest a handful of levels.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Whether `json` opens more than `limit` nested objects or arrays (strings are skipped), in
+/// one pass without recursion.
+fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
