@@ -15,8 +15,9 @@ use rdkafka::Offset;
 use super::ports::{MoveKind, Rebalance};
 use super::*;
 use crate::config::TopicSettings;
-use crate::offsets::StoredOffset;
+use crate::offsets::{OffsetAdvance, Refusal, StoredOffset};
 use crate::schema::{Column, ColumnType, Table};
+use crate::writer::{Outcome, WriteResult, WriterEvent};
 
 const TOPIC: &str = "orders";
 
