@@ -11,6 +11,7 @@ mod delivery;
 mod faults;
 mod formats;
 mod helpers;
+mod layout;
 mod mapping;
 mod metrics;
 mod operations;
