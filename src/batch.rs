@@ -469,6 +469,7 @@ mod tests {
         Ok(())
     }
 
+    /// An advance of `topic/0` to `next`.
     fn advance(topic: &str, next: i64) -> OffsetAdvance {
         OffsetAdvance {
             tp: TopicPartition::new(topic, 0),

@@ -52,6 +52,7 @@ impl FromStr for Owner {
 mod tests {
     use super::*;
 
+    /// `FromStr`, which never fails.
     fn parse(s: &str) -> Owner {
         s.parse().unwrap()
     }

@@ -107,6 +107,7 @@ mod tests {
         }
     }
 
+    /// `sqlx::Error::Database` carrying a synthetic error.
     fn db(code: Option<&'static str>, message: &'static str) -> sqlx::Error {
         sqlx::Error::Database(Box::new(Synthetic { code, message }))
     }

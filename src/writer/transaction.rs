@@ -349,6 +349,7 @@ mod tests {
         }
     }
 
+    /// A dead letter of record `offset` of `topic/partition`.
     fn letter(topic: &str, partition: i32, offset: i64) -> DeadLetter {
         DeadLetter {
             topic: topic.into(),
@@ -367,6 +368,7 @@ mod tests {
         }
     }
 
+    /// An advance of `topic/partition` to `next`; epoch and expectation are the same for all.
     fn advance(topic: &str, partition: i32, next: i64) -> OffsetAdvance {
         OffsetAdvance {
             tp: TopicPartition::new(topic, partition),
