@@ -398,3 +398,278 @@ fn copy_statement(target: &str, columns: &[String]) -> String {
         columns.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use figment::providers::{Format, Toml};
+    use figment::Figment;
+
+    use super::*;
+    use crate::config::TopicSettings;
+    use crate::mapping::EncodeError;
+    use crate::offsets::TopicPartition;
+    use crate::record::RecordView;
+    use crate::schema::{Column, ColumnType};
+
+    /// `id bigint NOT NULL` (the primary key) and `note text DEFAULT …`, described by hand.
+    fn table(name: &str, oid: u32) -> Arc<Table> {
+        let column = |name: &str, ty, not_null, has_default| Column {
+            name: name.into(),
+            ty,
+            sql_type: format!("{ty:?}").to_lowercase(),
+            not_null,
+            has_default,
+        };
+        Arc::new(Table {
+            oid,
+            schema: "public".into(),
+            name: name.into(),
+            columns: vec![
+                column("id", ColumnType::Int8, true, false),
+                column("note", ColumnType::Text, false, true),
+            ],
+            skipped: vec![],
+            primary_key: vec!["id".into()],
+            unique_keys: vec![vec!["id".into()]],
+        })
+    }
+
+    /// The mapper of topic `topic` onto table `name`, with extra `[[topics]]` settings.
+    fn mapper(topic: &str, name: &str, oid: u32, extra: &str) -> TopicMapper {
+        let settings: TopicSettings = Figment::from(Toml::string(&format!(
+            "name = \"{topic}\"\ntable = \"{name}\"\n{extra}"
+        )))
+        .extract()
+        .unwrap();
+        TopicMapper::new(&settings, table(name, oid)).unwrap()
+    }
+
+    /// Encodes one record of `topic` into the open batch's rows for `route`, and counts it.
+    fn add(
+        open: &mut OpenBatch,
+        route: usize,
+        m: &TopicMapper,
+        topic: &Arc<str>,
+        offset: i64,
+        value: &str,
+    ) -> Result<(), EncodeError> {
+        let record = RecordView {
+            topic,
+            partition: 0,
+            offset,
+            timestamp: None,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        };
+        m.encode(&record, open.table_rows(route, topic, m))?;
+        open.record_added(value.len());
+        Ok(())
+    }
+
+    /// An advance of `topic/0` to `next`.
+    fn advance(topic: &str, next: i64) -> OffsetAdvance {
+        OffsetAdvance {
+            tp: TopicPartition::new(topic, 0),
+            epoch: 3,
+            expected: None,
+            next,
+        }
+    }
+
+    /// Each record counts once with its payload bytes; the batch's age starts at its first
+    /// record and later records do not move it.
+    #[test]
+    fn record_added_counts_records_bytes_and_the_first_record_time() {
+        let mut open = OpenBatch::default();
+        assert_eq!((open.records, open.bytes, open.opened_at), (0, 0, None));
+        open.record_added(10);
+        let first = open.opened_at.expect("the first record opens the batch");
+        std::thread::sleep(Duration::from_millis(2));
+        open.record_added(0);
+        open.record_added(5);
+        assert_eq!((open.records, open.bytes), (3, 15));
+        assert_eq!(open.opened_at, Some(first));
+    }
+
+    /// The sealed batch is what the open one held, with the id and advances given; the open
+    /// batch is then empty, so the next seal carries nothing of this one.
+    #[test]
+    fn seal_carries_everything_and_leaves_the_open_batch_empty() {
+        let orders: Arc<str> = "orders".into();
+        let m = mapper("orders", "orders", 10, "");
+        let mut open = OpenBatch::default();
+        add(&mut open, 0, &m, &orders, 5, r#"{"id":1,"note":"a"}"#).unwrap();
+        add(&mut open, 0, &m, &orders, 6, r#"{"id":2,"note":"b"}"#).unwrap();
+        open.dead_letters.push(DeadLetter {
+            topic: orders.clone(),
+            record: crate::record::OwnedRecord {
+                partition: 0,
+                offset: 7,
+                timestamp: None,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+            },
+            kind: crate::dead_letter::ErrorKind::Decode,
+            message: "tombstone".into(),
+            table: "public.orders".into(),
+            produce_to: None,
+        });
+        open.record_added(0);
+        let opened_at = open.opened_at.unwrap();
+        let bytes = open.bytes;
+
+        let batch = open.seal(42, vec![advance("orders", 8)]);
+        assert_eq!(batch.id, 42);
+        assert_eq!(batch.offsets, [advance("orders", 8)]);
+        assert_eq!(batch.opened_at, opened_at);
+        assert_eq!(batch.records, 3);
+        assert_eq!(batch.dead_letters.len(), 1);
+        assert_eq!(batch.dead_letters[0].record.offset, 7);
+        assert_eq!(batch.writes.len(), 1);
+        let write = &batch.writes[0];
+        assert_eq!(
+            (write.table.as_str(), &*write.topic),
+            ("public.orders", "orders")
+        );
+        assert_eq!(write.rows(), 2);
+        assert_eq!(write.copies[0].positions, [(0, 5), (0, 6)]);
+        assert!(bytes > 0);
+
+        assert_eq!((open.records, open.bytes, open.opened_at), (0, 0, None));
+        assert!(open.dead_letters.is_empty());
+        let next = open.seal(43, Vec::new());
+        assert!(next.writes.is_empty() && next.records == 0 && next.dead_letters.is_empty());
+    }
+
+    /// After a failure nothing buffered counts: cleared, the batch seals to nothing.
+    #[test]
+    fn clear_drops_rows_counts_and_dead_letters() {
+        let orders: Arc<str> = "orders".into();
+        let m = mapper("orders", "orders", 10, "");
+        let mut open = OpenBatch::default();
+        add(&mut open, 0, &m, &orders, 1, r#"{"id":1}"#).unwrap();
+        open.clear();
+        assert_eq!((open.records, open.bytes, open.opened_at), (0, 0, None));
+        let batch = open.seal(1, Vec::new());
+        assert!(batch.writes.is_empty(), "no rows survive a clear");
+        assert_eq!(batch.records, 0);
+    }
+
+    /// One entry per route: a route's rows are created on its first record and reused after,
+    /// routes come out in route order whatever order they were first used in, and a route
+    /// never used gives no write.
+    #[test]
+    fn table_rows_keeps_one_entry_per_route() {
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let ma = mapper("a", "ta", 1, "");
+        let mb = mapper(
+            "b",
+            "tb",
+            2,
+            "on_error = \"dead_letter\"\ndead_letter_topic = \"b.dlq\"",
+        );
+        let mut open = OpenBatch::default();
+        add(&mut open, 3, &mb, &b, 0, r#"{"id":1}"#).unwrap();
+        add(&mut open, 1, &ma, &a, 0, r#"{"id":1}"#).unwrap();
+        add(&mut open, 3, &mb, &b, 1, r#"{"id":2}"#).unwrap();
+        add(&mut open, 1, &ma, &a, 1, r#"{"id":2}"#).unwrap();
+        add(&mut open, 3, &mb, &b, 2, r#"{"id":3}"#).unwrap();
+        assert_eq!(open.table_rows(3, &b, &mb).rows(), 3);
+        assert_eq!(open.table_rows(1, &a, &ma).rows(), 2);
+
+        let batch = open.seal(1, Vec::new());
+        let writes: Vec<(&str, &str, usize)> = batch
+            .writes
+            .iter()
+            .map(|w| (w.table.as_str(), &*w.topic, w.rows()))
+            .collect();
+        assert_eq!(writes, [("public.ta", "a", 2), ("public.tb", "b", 3)]);
+        assert!(batch.writes[0].dead_letters.is_none());
+        let target = batch.writes[1]
+            .dead_letters
+            .as_ref()
+            .expect("b dead-letters");
+        assert_eq!(
+            (&*target.topic, target.produce_to.as_deref()),
+            ("b", Some("b.dlq"))
+        );
+        assert_eq!(batch.writes[1].copies[0].origins.len(), 3, "records kept");
+    }
+
+    /// Insert mode: a record without the defaulted column gets a COPY without that column, so
+    /// the default applies; both shapes go into one table write, in first-seen order.
+    #[test]
+    fn insert_shapes_become_copies_of_one_write() {
+        let t: Arc<str> = "t".into();
+        let m = mapper("t", "t", 5, "");
+        let mut open = OpenBatch::default();
+        add(&mut open, 0, &m, &t, 0, r#"{"id":1,"note":"x"}"#).unwrap();
+        add(&mut open, 0, &m, &t, 1, r#"{"id":2}"#).unwrap();
+        add(&mut open, 0, &m, &t, 2, r#"{"id":3,"note":"y"}"#).unwrap();
+        let batch = open.seal(1, Vec::new());
+        assert_eq!(batch.writes.len(), 1);
+        let copies: Vec<(&str, &[i64])> = batch.writes[0]
+            .copies
+            .iter()
+            .map(|c| (c.statement.as_str(), &c.ordinals[..]))
+            .collect();
+        assert_eq!(
+            copies,
+            [
+                (
+                    r#"COPY "public"."t" ("id", "note") FROM STDIN (FORMAT binary)"#,
+                    &[0, 2][..]
+                ),
+                (
+                    r#"COPY "public"."t" ("id") FROM STDIN (FORMAT binary)"#,
+                    &[1][..]
+                ),
+            ]
+        );
+        assert!(batch.writes[0].setup.is_none() && batch.writes[0].statements.is_empty());
+    }
+
+    /// Upsert mode holds one column list per table: a record of another shape is refused and
+    /// leaves the open batch as it was; sealed, the fresh batch takes it (what the consumer
+    /// thread does), and the sealed one merges through staging.
+    #[test]
+    fn an_upsert_shape_change_seals_and_starts_over() {
+        let t: Arc<str> = "t".into();
+        let m = mapper("t", "t", 5, "mode = \"upsert\"");
+        let mut open = OpenBatch::default();
+        add(&mut open, 0, &m, &t, 0, r#"{"id":1,"note":"x"}"#).unwrap();
+        assert_eq!(
+            add(&mut open, 0, &m, &t, 1, r#"{"id":2}"#),
+            Err(EncodeError::ShapeChanged)
+        );
+        assert_eq!(open.records, 1, "the refused record is not counted");
+        assert_eq!(open.table_rows(0, &t, &m).rows(), 1);
+
+        let sealed = open.seal(1, vec![advance("t", 1)]);
+        add(&mut open, 0, &m, &t, 1, r#"{"id":2}"#).unwrap();
+        let next = open.seal(2, vec![advance("t", 2)]);
+
+        let write = &sealed.writes[0];
+        assert_eq!(write.rows(), 1);
+        assert!(write.copies[0]
+            .statement
+            .starts_with("COPY pg_temp.\"kps_stage_5\""));
+        assert_eq!(
+            write.setup.as_ref().map(|(id, _)| id.as_str()),
+            Some("pg_temp.\"kps_stage_5\"")
+        );
+        assert!(write
+            .statements
+            .iter()
+            .any(|s| s.contains("ON CONFLICT (\"id\")")));
+        assert_eq!(next.records, 1);
+        assert_eq!(next.writes[0].copies[0].positions, [(0, 1)]);
+        assert!(next.writes[0].copies[0]
+            .statement
+            .contains("(\"id\", \"__kps_ord\")"));
+    }
+}

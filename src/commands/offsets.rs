@@ -13,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::commands::lag;
 use crate::config::Settings;
 use crate::kafka::clients;
-use crate::offsets::{OffsetStore, RESET_OWNER_PREFIX};
+use crate::offsets::{OffsetStore, Owner};
 use crate::startup;
 
 /// Where to move the positions.
@@ -164,15 +164,14 @@ pub async fn reset(
         println!("dry run: nothing changed");
         return Ok(moves);
     }
-    let who = format!(
-        "{RESET_OWNER_PREFIX}{}@{}",
-        std::env::var("USER").unwrap_or_else(|_| "operator".into()),
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into())
-    );
+    let who = Owner::Operator {
+        user: std::env::var("USER").unwrap_or_else(|_| "operator".into()),
+        host: std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
+    };
     let store = OffsetStore::new(
         pool,
         settings.kafka.group_id.clone(),
-        who.clone(),
+        who.to_string(),
         settings.postgres.lock_timeout,
     );
     let replaced = store

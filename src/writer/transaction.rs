@@ -1,93 +1,31 @@
-//! Writers: each owns one PostgreSQL connection and commits the batches of its partitions,
-//! one transaction per batch: fenced offset advance first, then the rows, then COMMIT.
-//!
-//! A writer never retries on its own. It reports each outcome to the consumer thread, which
-//! decides: only the database, re-read after a failure, says what was written.
+//! One batch's transaction: the fenced advance, the rows, the dead letters, COMMIT; and when
+//! PostgreSQL refuses a row of a topic that stops on errors, the search for that row and the
+//! batch written again without it and its partition's later records.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::mpsc as std_mpsc;
-use std::time::{Duration, Instant};
 
 use sqlx::{ConnectOptions, Connection, PgConnection};
-use tokio::sync::mpsc;
 
+use super::errors::{classify, describe_db_error, is_row_error};
+use super::{Outcome, Session, WriterConfig};
 use crate::batch::{Batch, TableWrite};
-use crate::config::{PostgresSettings, SessionRole};
+use crate::config::SessionRole;
 use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, TopicPartition};
-use rdkafka::producer::FutureProducer;
-
-/// How a batch transaction ended.
-#[derive(Debug)]
-pub enum Outcome {
-    Committed,
-    /// The compare-and-set matched fewer partitions than the batch holds: another consumer
-    /// owns one of them now (`Fenced`), or a position is not the one the batch expected
-    /// (`Stale`: queued behind a batch that failed). Rolled back.
-    Refused {
-        why: offsets::Refusal,
-        matched: u64,
-        expected: usize,
-    },
-    /// A failure worth retrying (connection, server restart, serialization, timeouts).
-    /// The commit may or may not have happened; only a re-read can tell.
-    Transient(String),
-    /// The data or the schema is wrong; retrying the same batch cannot succeed.
-    Permanent(String),
-    /// PostgreSQL refused the row of record `offset` of `tp`, whose topic stops on errors. The
-    /// rest of the batch committed without it and without the partition's later records, so
-    /// the partition's position rests on it (`WriteResult::offsets` as committed).
-    RejectedRecord {
-        tp: TopicPartition,
-        offset: i64,
-        reason: String,
-    },
-}
-
-/// A writer's report on one batch.
-#[derive(Debug)]
-pub struct WriteResult {
-    pub lane: usize,
-    pub batch_id: u64,
-    pub records: usize,
-    /// Rows committed (rows that became dead letters are not rows written).
-    pub rows: usize,
-    pub outcome: Outcome,
-    /// BEGIN to COMMIT.
-    pub transaction_time: Duration,
-    /// Record first buffered to COMMIT.
-    pub batch_age: Duration,
-    /// Dead letters written with the batch.
-    pub dead_letters: usize,
-    /// Rows committed per table (rows that became dead letters excluded).
-    pub tables: Vec<(String, usize)>,
-    /// The positions the batch moved to, when it committed (ending on a refused record).
-    pub offsets: Vec<crate::offsets::OffsetAdvance>,
-}
-
-/// Connection settings shared by every writer.
-#[derive(Clone)]
-pub struct WriterConfig {
-    /// The session settings come from here (`SessionRole::Writer`).
-    pub postgres: PostgresSettings,
-    pub group: String,
-    /// Produces dead letters to their topics, where any topic asks for it.
-    pub dead_letter_producer: Option<FutureProducer>,
-}
 
 /// What a committed batch wrote.
 #[derive(Debug, Default)]
-struct Written {
-    dead_letters: usize,
+pub(super) struct Written {
+    pub(super) dead_letters: usize,
     /// Rows per table, without the rows PostgreSQL refused and that became dead letters.
-    tables: Vec<(String, usize)>,
+    pub(super) tables: Vec<(String, usize)>,
     /// The record the batch was committed without.
     refused: Option<Refused>,
 }
 
 impl Written {
     /// Committed, or committed without a refused record.
-    fn take_outcome(&mut self) -> Outcome {
+    pub(super) fn take_outcome(&mut self) -> Outcome {
         match self.refused.take() {
             Some(Refused { tp, offset, reason }) => Outcome::RejectedRecord { tp, offset, reason },
             None => Outcome::Committed,
@@ -103,137 +41,10 @@ struct Refused {
     reason: String,
 }
 
-/// What a writer tells the consumer thread.
-#[derive(Debug)]
-pub enum WriterEvent {
-    /// The outcome of one batch.
-    Done(WriteResult),
-    /// The writer task ended while the sink still needed it (it panicked): every batch it held
-    /// is unanswered, so the sink must stop rather than wait.
-    Gone { lane: usize, reason: String },
-}
-
-/// Why a batch could not be handed to its writer.
-#[derive(Debug, PartialEq, Eq)]
-pub enum SendError {
-    /// More batches than `max_in_flight` are queued: the caller's accounting is wrong.
-    Full,
-    /// The writer task has stopped.
-    Gone,
-}
-
-/// The consumer thread's handle on one writer. The queue holds at most `max_in_flight`
-/// batches, the same bound the consumer thread keeps, so memory cannot grow past it.
-pub struct Lane {
-    sender: mpsc::Sender<Batch>,
-}
-
-impl Lane {
-    /// Starts a writer task and its supervisor; results (and the writer's death) arrive on
-    /// `events`. Join the returned handle at shutdown: it ends when the writer does.
-    pub fn spawn(
-        id: usize,
-        config: WriterConfig,
-        max_in_flight: usize,
-        events: std_mpsc::Sender<WriterEvent>,
-        runtime: &tokio::runtime::Handle,
-    ) -> (Self, tokio::task::JoinHandle<()>) {
-        let (sender, receiver) = mpsc::channel(max_in_flight.max(1));
-        let writer = runtime.spawn(run(id, config, receiver, events.clone()));
-        let supervisor = runtime.spawn(async move {
-            let reason = match writer.await {
-                // The queue closed: the consumer thread is done with this writer.
-                Ok(()) => return,
-                Err(e) if e.is_panic() => panic_message(e.into_panic()),
-                Err(e) => e.to_string(),
-            };
-            tracing::error!(lane = id, %reason, "writer task died");
-            let _ = events.send(WriterEvent::Gone { lane: id, reason });
-        });
-        (Self { sender }, supervisor)
-    }
-
-    /// Hands a sealed batch to the writer without waiting.
-    pub fn send(&self, batch: Batch) -> Result<(), SendError> {
-        self.sender.try_send(batch).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => SendError::Full,
-            mpsc::error::TrySendError::Closed(_) => SendError::Gone,
-        })
-    }
-}
-
-/// A panic's message, for the error that stops the sink.
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into());
-    format!("panicked: {text}")
-}
-
-/// A writer's connection and what it has set up on it.
-struct Session {
-    conn: PgConnection,
-    /// Staging tables created on this connection (temporary tables live per session).
-    staged: HashSet<String>,
-}
-
-/// One batch at a time, in order, so a lane's partitions commit in sequence; every batch gets a
-/// result, and after a failure the next batch starts on a fresh connection.
-async fn run(
-    id: usize,
-    config: WriterConfig,
-    mut batches: mpsc::Receiver<Batch>,
-    results: std_mpsc::Sender<WriterEvent>,
-) {
-    let mut session: Option<Session> = None;
-    #[cfg(debug_assertions)]
-    let mut fault = fault::WriterPanic::from_env(id);
-    while let Some(mut batch) = batches.recv().await {
-        #[cfg(debug_assertions)]
-        fault.before_batch();
-        let started = Instant::now();
-        let mut written = Written::default();
-        let outcome = match write(&mut session, &config, &mut batch).await {
-            Ok(mut w) => {
-                let outcome = w.take_outcome();
-                written = w;
-                outcome
-            }
-            Err(outcome) => {
-                // The connection's state is unknown after a failure: start afresh.
-                if let Some(s) = session.take() {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), s.conn.close()).await;
-                }
-                outcome
-            }
-        };
-        let result = WriteResult {
-            lane: id,
-            batch_id: batch.id,
-            records: batch.records,
-            rows: written.tables.iter().map(|(_, n)| n).sum(),
-            outcome,
-            transaction_time: started.elapsed(),
-            batch_age: batch.opened_at.elapsed(),
-            dead_letters: written.dead_letters,
-            tables: written.tables,
-            offsets: batch.offsets.clone(),
-        };
-        if results.send(WriterEvent::Done(result)).is_err() {
-            break;
-        }
-    }
-    if let Some(s) = session {
-        let _ = s.conn.close().await;
-    }
-}
-
 /// One batch, one transaction; returns what it wrote. A batch PostgreSQL refuses for a row of
 /// a topic that stops on errors is searched for the first such row, then written again without
 /// that record and its partition's later records: `batch.offsets` then end on the record.
-async fn write(
+pub(super) async fn write(
     session: &mut Option<Session>,
     config: &WriterConfig,
     batch: &mut Batch,
@@ -501,90 +312,176 @@ async fn apply_range(
     Ok(())
 }
 
-/// Errors caused by one row's data (SQLSTATE classes 22 and 23), as opposed to errors of the
-/// connection, the schema or the server.
-fn is_row_error(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("22") || c.starts_with("23")),
-        _ => false,
-    }
-}
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
 
-/// PostgreSQL's message with its SQLSTATE, the table, column and constraint it names, and
-/// its detail.
-fn describe_db_error(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let mut notes = vec![format!("SQLSTATE {code}")];
-            let message = match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                Some(pg) => {
-                    match (pg.schema(), pg.table()) {
-                        (Some(schema), Some(table)) => {
-                            notes.push(format!("table {schema}.{table}"))
-                        }
-                        (None, Some(table)) => notes.push(format!("table {table}")),
-                        _ => {}
-                    }
-                    notes.extend(pg.column().map(|c| format!("column {c}")));
-                    notes.extend(pg.constraint().map(|c| format!("constraint {c}")));
-                    notes.extend(pg.detail().map(str::to_string));
-                    pg.message()
-                }
-                None => db.message(),
-            };
-            format!("{message} ({})", notes.join("; "))
+    use super::*;
+    use crate::batch::StagedCopy;
+    use crate::dead_letter::ErrorKind;
+    use crate::offsets::OffsetAdvance;
+    use crate::pgcopy::CopyBuffer;
+    use crate::record::OwnedRecord;
+
+    /// A table write of `topic` whose rows come from these records, one row each, in order.
+    fn write_of(topic: &str, table: &str, positions: &[(i32, i64)]) -> TableWrite {
+        let mut buffer = CopyBuffer::new();
+        for (_, offset) in positions {
+            let mark = buffer.begin_row(1);
+            buffer.bytes(&offset.to_be_bytes());
+            buffer.end_row(mark);
         }
-        other => other.to_string(),
-    }
-}
-
-/// Sorts an error into retry-worthy or not, by SQLSTATE class where there is one.
-fn classify(e: sqlx::Error) -> Outcome {
-    match &e {
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let message = describe_db_error(&e);
-            match &code[..code.len().min(2)] {
-                // data exception, integrity violation, syntax/access (missing table, column,
-                // privilege): the same batch fails the same way every time.
-                "22" | "23" | "42" => Outcome::Permanent(message),
-                _ => Outcome::Transient(message),
-            }
+        TableWrite {
+            table: table.into(),
+            topic: topic.into(),
+            setup: None,
+            copies: vec![StagedCopy {
+                statement: format!("COPY {table} (o) FROM STDIN (FORMAT binary)"),
+                data: buffer.finish_rows(),
+                ordinals: (0..positions.len() as i64).collect(),
+                origins: Vec::new(),
+                positions: positions.to_vec(),
+            }],
+            statements: Vec::new(),
+            dead_letters: None,
+            left_out: None,
         }
-        _ => Outcome::Transient(e.to_string()),
-    }
-}
-
-/// Fault injection for the integration tests, compiled into debug builds only: a writer that
-/// dies must stop the sink, never hang it, and nothing else can make a writer panic on purpose.
-#[cfg(debug_assertions)]
-mod fault {
-    /// `KPS_FAULT_WRITER_PANIC=<lane>:<batches>` panics writer `lane` before its next batch
-    /// once it has committed `batches`.
-    pub(super) struct WriterPanic {
-        after: Option<u64>,
-        seen: u64,
     }
 
-    impl WriterPanic {
-        /// Reads the variable once, when the writer starts.
-        pub(super) fn from_env(lane: usize) -> Self {
-            let after = std::env::var("KPS_FAULT_WRITER_PANIC").ok().and_then(|v| {
-                let (l, n) = v.split_once(':')?;
-                (l.parse::<usize>().ok()? == lane).then(|| n.parse().ok())?
-            });
-            Self { after, seen: 0 }
+    /// A dead letter of record `offset` of `topic/partition`.
+    fn letter(topic: &str, partition: i32, offset: i64) -> DeadLetter {
+        DeadLetter {
+            topic: topic.into(),
+            record: OwnedRecord {
+                partition,
+                offset,
+                timestamp: None,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+            },
+            kind: ErrorKind::Mapping,
+            message: "unmappable".into(),
+            table: "public.t".into(),
+            produce_to: None,
         }
+    }
 
-        /// Panics when the count is reached.
-        pub(super) fn before_batch(&mut self) {
-            if self.after.is_some_and(|n| self.seen >= n) {
-                panic!("fault injected by KPS_FAULT_WRITER_PANIC");
-            }
-            self.seen += 1;
+    /// An advance of `topic/partition` to `next`; epoch and expectation are the same for all.
+    fn advance(topic: &str, partition: i32, next: i64) -> OffsetAdvance {
+        OffsetAdvance {
+            tp: TopicPartition::new(topic, partition),
+            epoch: 4,
+            expected: Some(5),
+            next,
         }
+    }
+
+    /// The rows a write still commits, by their records' positions.
+    fn kept(write: &TableWrite) -> Vec<(i32, i64)> {
+        write
+            .copies
+            .iter()
+            .flat_map(|c| {
+                (0..c.positions.len())
+                    .filter(|&i| c.keeps(i, write.left_out))
+                    .map(|i| c.positions[i])
+            })
+            .collect()
+    }
+
+    /// Record 11 of `a/0` was refused: it and `a/0`'s later records leave every write of topic
+    /// `a` (both its tables), `a/1` and topic `b` (whose partition 0 has the same number) keep
+    /// all theirs, `a/0`'s advance ends on the refused record so a restart meets it again, and
+    /// the counts follow.
+    #[test]
+    fn leave_out_drops_the_record_and_its_partitions_later_records_only() {
+        let mut batch = Batch {
+            id: 7,
+            offsets: vec![
+                advance("a", 0, 13),
+                advance("a", 1, 22),
+                advance("b", 0, 12),
+            ],
+            writes: vec![
+                write_of(
+                    "a",
+                    "public.a",
+                    &[(0, 10), (1, 20), (0, 11), (0, 12), (1, 21)],
+                ),
+                write_of("b", "public.b", &[(0, 10), (0, 11)]),
+                write_of("a", "public.a_copy", &[(0, 12), (1, 21)]),
+            ],
+            dead_letters: vec![
+                letter("a", 0, 9),
+                letter("a", 0, 11),
+                letter("a", 1, 12),
+                letter("b", 0, 11),
+            ],
+            records: 13,
+            opened_at: Instant::now(),
+        };
+        let refused = Refused {
+            tp: TopicPartition::new("a", 0),
+            offset: 11,
+            reason: "violates check constraint".into(),
+        };
+        leave_out(&mut batch, &refused);
+
+        assert_eq!(kept(&batch.writes[0]), [(0, 10), (1, 20), (1, 21)]);
+        assert_eq!(batch.writes[0].rows(), 3);
+        assert_eq!(batch.writes[0].left_out, Some((0, 11)));
+        assert_eq!(kept(&batch.writes[1]), [(0, 10), (0, 11)], "another topic");
+        assert_eq!(batch.writes[1].left_out, None);
+        assert_eq!(kept(&batch.writes[2]), [(1, 21)]);
+        // Three of topic a's rows were left out: they are not committed records either.
+        assert_eq!(batch.records, 10);
+
+        assert_eq!(
+            batch.offsets,
+            [
+                advance("a", 0, 11),
+                advance("a", 1, 22),
+                advance("b", 0, 12)
+            ],
+            "only the refused partition's advance moves, to the refused record"
+        );
+        let letters: Vec<(&str, i32, i64)> = batch
+            .dead_letters
+            .iter()
+            .map(|d| (&*d.topic, d.record.partition, d.record.offset))
+            .collect();
+        assert_eq!(letters, [("a", 0, 9), ("a", 1, 12), ("b", 0, 11)]);
+    }
+
+    /// The rows left out are left out of what COPY sends, not only of the counts.
+    #[test]
+    fn a_left_out_write_sends_only_the_rows_it_keeps() {
+        let mut batch = Batch {
+            id: 1,
+            offsets: vec![advance("a", 0, 3)],
+            writes: vec![write_of("a", "public.a", &[(0, 0), (0, 1), (0, 2)])],
+            dead_letters: Vec::new(),
+            records: 3,
+            opened_at: Instant::now(),
+        };
+        let whole = batch.writes[0].copies[0].data.subset(0, 3);
+        leave_out(
+            &mut batch,
+            &Refused {
+                tp: TopicPartition::new(Arc::<str>::from("a"), 0),
+                offset: 1,
+                reason: "refused".into(),
+            },
+        );
+        let write = &batch.writes[0];
+        let copy = &write.copies[0];
+        let sent = copy
+            .data
+            .subset_where(0, 3, |i| copy.keeps(i, write.left_out));
+        assert_eq!(sent, copy.data.subset(0, 1));
+        assert!(sent.len() < whole.len());
+        assert_eq!((batch.records, batch.offsets[0].next), (1, 1));
     }
 }

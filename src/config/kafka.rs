@@ -1,0 +1,187 @@
+//! The Kafka consumer's settings: where the brokers are, which group, where a partition with no
+//! (or an unusable) stored position starts, and librdkafka properties passed through.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::is_secret_key;
+
+/// Kafka consumer settings; `properties` passes librdkafka options through verbatim.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub bootstrap_servers: String,
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    #[serde(default)]
+    pub group_protocol: GroupProtocol,
+    /// Where a partition with no stored offset starts.
+    #[serde(default)]
+    pub auto_offset_reset: ResetPolicy,
+    /// A stored offset outside the partition's range (retention deleted the records, or the
+    /// topic was recreated): stop (`fail`, the default), or move to `earliest` or `latest`
+    /// and record it.
+    #[serde(default = "default_out_of_range")]
+    pub offset_out_of_range: ResetPolicy,
+    /// Classic protocol only; the `consumer` protocol takes it from the broker.
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// librdkafka properties (SASL, SSL, fetch sizes, …), applied after the sink's own.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// How often assigned partitions' watermarks are observed and stored (`kafka_watermarks`).
+    #[serde(default = "default_watermark_interval", with = "humantime_serde")]
+    pub watermark_interval: Duration,
+    /// Also commit each position to the Kafka group after PostgreSQL commits it, for Kafka's
+    /// own lag tools. Advisory only: PostgreSQL stays the source of truth.
+    #[serde(default)]
+    pub mirror_commits: bool,
+    /// How long authentication with the brokers may keep failing before `run` gives up with
+    /// exit 1: a wrong password or certificate is not something retrying fixes.
+    #[serde(default = "default_auth_failure_timeout", with = "humantime_serde")]
+    pub auth_failure_timeout: Duration,
+}
+
+impl KafkaSettings {
+    /// librdkafka's `max.poll.interval.ms` as configured (its default is 300 s): the longest
+    /// the consumer thread may stay away from `poll`, rebalance callbacks included.
+    pub fn max_poll_interval(&self) -> Duration {
+        self.properties
+            .get("max.poll.interval.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(300), Duration::from_millis)
+    }
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    /// Property values that look like secrets are never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_secret_key(k) { "***" } else { v.as_str() },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaSettings")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("group_id", &self.group_id)
+            .field("group_protocol", &self.group_protocol)
+            .field("auto_offset_reset", &self.auto_offset_reset)
+            .field("offset_out_of_range", &self.offset_out_of_range)
+            .field("session_timeout", &self.session_timeout)
+            .field("properties", &properties)
+            .field("watermark_interval", &self.watermark_interval)
+            .field("mirror_commits", &self.mirror_commits)
+            .field("auth_failure_timeout", &self.auth_failure_timeout)
+            .finish()
+    }
+}
+
+/// The Kafka group protocol: `classic` (cooperative-sticky) or KIP-848 `consumer`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupProtocol {
+    #[default]
+    Classic,
+    Consumer,
+}
+
+/// What to do with a partition that has no offset stored in PostgreSQL yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResetPolicy {
+    #[default]
+    Earliest,
+    Latest,
+    /// Refuse to start the partition: an operator must set its offset first.
+    Fail,
+}
+
+// Serde defaults; README's settings tables list each with its meaning.
+
+/// Also the `consumer_group` key of `kafka_offsets`: another name has no stored positions.
+fn default_group_id() -> String {
+    "kafka-pg-sink".into()
+}
+/// Skipping or re-reading records is a person's decision: stop and say how to continue.
+fn default_out_of_range() -> ResetPolicy {
+    ResetPolicy::Fail
+}
+/// librdkafka's own default; only the classic protocol uses it.
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(45)
+}
+/// Authentication that keeps failing this long is a wrong credential, not a broker restart.
+fn default_auth_failure_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+/// Also librdkafka's statistics interval: `kafka_lag` and `/ready`'s view of Kafka are about
+/// this stale.
+fn default_watermark_interval() -> Duration {
+    Duration::from_secs(5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{write, MINIMAL};
+    use super::super::{Overrides, Settings};
+    use super::*;
+
+    /// Every name README lists as secret-looking is hidden in `Debug`; other values show.
+    #[test]
+    fn every_secret_looking_property_is_redacted() {
+        let secrets = [
+            "sasl.password",
+            "ssl.key.password",
+            "sasl.oauthbearer.client.secret",
+            "some.token",
+            "sasl.jaas.config",
+            "ssl.keystore.private",
+            "ssl.key.pem",
+            "SSL.KEY.PASSWORD",
+        ];
+        let mut toml =
+            format!("{MINIMAL}\n[kafka.properties]\n\"client.rack\" = \"rack-visible\"\n");
+        for (i, key) in secrets.iter().enumerate() {
+            toml.push_str(&format!("\"{key}\" = \"hidden-{i}\"\n"));
+        }
+        let file = write(&toml);
+        let s = Settings::load(Some(file.path()), &Overrides::default()).unwrap();
+        let debug = format!("{s:?}");
+        for (i, key) in secrets.iter().enumerate() {
+            assert!(is_secret_key(key), "{key}");
+            assert!(!debug.contains(&format!("hidden-{i}")), "{key}: {debug}");
+            assert!(
+                debug.contains(&format!("\"{key}\": \"***\"")),
+                "{key}: {debug}"
+            );
+        }
+        assert!(debug.contains("rack-visible"), "{debug}");
+        assert!(!is_secret_key("client.rack"));
+    }
+
+    /// The consumer thread's bound on time away from `poll` follows the property when it is
+    /// given and librdkafka's default when it is not (or cannot be read).
+    #[test]
+    fn max_poll_interval_follows_the_property() {
+        let file = write(MINIMAL);
+        let mut kafka = Settings::load(Some(file.path()), &Overrides::default())
+            .unwrap()
+            .kafka;
+        assert_eq!(kafka.max_poll_interval(), Duration::from_secs(300));
+        kafka
+            .properties
+            .insert("max.poll.interval.ms".into(), " 45000 ".into());
+        assert_eq!(kafka.max_poll_interval(), Duration::from_secs(45));
+        kafka
+            .properties
+            .insert("max.poll.interval.ms".into(), "soon".into());
+        assert_eq!(kafka.max_poll_interval(), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,211 @@
+//! One `[[topics]]` entry: which topic (or pattern), which table, and how its records become
+//! rows (format, mode, keys, column sources, errors, time units).
+
+use std::collections::BTreeMap;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+use super::default_true;
+
+/// One subscribed topic (or a pattern of topics) and the table its records go to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    /// The topic's exact name; or give `pattern`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A regular expression: every matching topic, including topics created later.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// The target table; `{topic}` is replaced by the (sanitised) topic name.
+    pub table: String,
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// How `{topic}` is turned into a table name.
+    #[serde(default)]
+    pub sanitize: Sanitize,
+    #[serde(default)]
+    pub format: RecordFormat,
+    /// `insert` appends; `upsert` inserts or updates by key, the last record per key winning.
+    /// Unset means insert, or upsert for `debezium`.
+    #[serde(default)]
+    pub mode: Option<WriteMode>,
+    /// Upsert key columns; empty means the table's primary key.
+    #[serde(default)]
+    pub key: Vec<String>,
+    /// Where the key columns' values come from.
+    #[serde(default)]
+    pub key_from: KeyFrom,
+    /// In upsert mode, a record with a null value (a tombstone) deletes its key's row.
+    #[serde(default)]
+    pub delete_on_tombstone: bool,
+    /// `raw` format: the column that takes the whole value.
+    #[serde(default)]
+    pub raw_column: Option<String>,
+    /// Map every column not otherwise mapped to the value field of the same name.
+    #[serde(default = "default_true")]
+    pub map_by_name: bool,
+    /// Explicit column sources: `"/json/pointer"`, `"key"`, `"key:/pointer"`,
+    /// `"meta:offset"`, `"meta:header:<name>"`, `"default"`, or `{ const = <value> }`.
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnSpec>,
+    /// Columns that take the record's Kafka metadata instead of a value field.
+    #[serde(default)]
+    pub metadata: MetadataColumns,
+    /// A record that cannot be written: stop (`fail`) or keep it in `kafka_dead_letters`.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Also produce dead letters to this topic (at least once: before the batch commits).
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
+    /// Larger values (and keys) are errors (per `on_error`) without being decoded.
+    #[serde(default = "default_max_record_bytes")]
+    pub max_record_bytes: ByteSize,
+    /// The unit of an integer in a timestamp or timestamptz column when no schema gives one
+    /// (unset: epoch milliseconds).
+    #[serde(default)]
+    pub time_unit: Option<TimeUnit>,
+    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
+    #[serde(default)]
+    pub time_units: BTreeMap<String, TimeUnit>,
+}
+
+/// What an integer in a time column counts since 1970-01-01 00:00 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Days: date columns only (Kafka Connect's and Debezium's `Date`).
+    Days,
+    S,
+    Ms,
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    /// For messages: what the number counts.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            TimeUnit::Days => "days since the epoch",
+            TimeUnit::S => "epoch seconds",
+            TimeUnit::Ms => "epoch milliseconds",
+            TimeUnit::Us => "epoch microseconds",
+            TimeUnit::Ns => "epoch nanoseconds",
+        }
+    }
+}
+
+/// What happens to a record the sink cannot write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop at the record, with an error naming it; the position stays there.
+    #[default]
+    Fail,
+    /// Write it to `kafka_dead_letters` in the batch's transaction and go on.
+    DeadLetter,
+}
+
+impl TopicSettings {
+    /// The mode in effect: Debezium change events are always upserts (and deletes).
+    pub fn write_mode(&self) -> WriteMode {
+        match (self.mode, self.format) {
+            (Some(mode), _) => mode,
+            (None, RecordFormat::Debezium) => WriteMode::Upsert,
+            (None, _) => WriteMode::Insert,
+        }
+    }
+
+    /// The name or pattern, for messages.
+    pub fn label(&self) -> String {
+        match (&self.name, &self.pattern) {
+            (Some(name), _) => name.clone(),
+            (None, Some(pattern)) => format!("/{pattern}/"),
+            (None, None) => "<unnamed>".into(),
+        }
+    }
+}
+
+/// An explicit column source: a string spec, or a constant.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum ColumnSpec {
+    Source(String),
+    Const {
+        #[serde(rename = "const")]
+        value: serde_json::Value,
+    },
+}
+
+/// How a record value is decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordFormat {
+    /// A JSON object whose fields map onto columns by name.
+    #[default]
+    Json,
+    /// The whole value into one column (`raw_column`), untouched.
+    Raw,
+    /// Kafka Connect's JsonConverter envelope `{"schema": …, "payload": …}`.
+    ConnectJson,
+    /// A Debezium change event: `after` is upserted, `op = "d"` deletes `before`'s key.
+    Debezium,
+}
+
+/// How rows reach the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteMode {
+    #[default]
+    Insert,
+    Upsert,
+}
+
+/// Where upsert key columns take their values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyFrom {
+    /// From the value (fields of the same name, or the columns' explicit sources).
+    #[default]
+    Value,
+    /// From the record key: a JSON object's fields by name, or a plain string or number into
+    /// the single key column.
+    Key,
+    /// From the record's topic, partition and offset (the metadata columns).
+    Offset,
+}
+
+/// How `{topic}` becomes part of a table name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sanitize {
+    /// Lower case; anything but letters, digits and `_` becomes `_`; at most 63 bytes.
+    #[default]
+    Snake,
+    /// The topic name as it is (quoted in SQL).
+    None,
+}
+
+/// Column names for record metadata; each is optional.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataColumns {
+    pub topic: Option<String>,
+    pub partition: Option<String>,
+    pub offset: Option<String>,
+    pub timestamp: Option<String>,
+    pub key: Option<String>,
+    pub headers: Option<String>,
+}
+
+// Serde defaults; README's settings tables list each with its meaning.
+
+/// PostgreSQL's own default schema.
+fn default_schema() -> String {
+    "public".into()
+}
+/// Larger records are refused before decoding, bounding what one record can cost.
+fn default_max_record_bytes() -> ByteSize {
+    ByteSize::mib(16)
+}
