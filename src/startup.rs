@@ -14,7 +14,7 @@ use crate::health::Health;
 use crate::kafka::context::SinkContext;
 use crate::kafka::{self, clients};
 use crate::mapping::TopicMapper;
-use crate::offsets::OffsetStore;
+use crate::offsets::{OffsetStore, Owner};
 use crate::pipeline::adapters::{Blocking, ChannelPool, DbCatalog, DbPositions, Telemetry};
 use crate::pipeline::{Pipeline, PipelineParts, Policy, Route};
 use crate::routing::Router;
@@ -61,7 +61,7 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
 }
 
 /// Identifies this process in `kafka_offsets.owner_id`, for operators reading the table.
-fn owner_id() -> String {
+fn owner_id() -> Owner {
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -69,7 +69,7 @@ fn owner_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".into());
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}/{}/{}", std::process::id(), &nonce[..8])
+    Owner::Sink(format!("{host}/{}/{}", std::process::id(), &nonce[..8]))
 }
 
 /// Runs the sink until shutdown; an error means it stopped for a reason an operator must see.
@@ -90,7 +90,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     let store = Arc::new(OffsetStore::new(
         pool.clone(),
         settings.kafka.group_id.clone(),
-        owner,
+        &owner,
         settings.postgres.lock_timeout,
     ));
     let runtime = tokio::runtime::Handle::current();

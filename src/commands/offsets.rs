@@ -171,7 +171,7 @@ pub async fn reset(
     let store = OffsetStore::new(
         pool,
         settings.kafka.group_id.clone(),
-        who.to_string(),
+        &who,
         settings.postgres.lock_timeout,
     );
     let replaced = store

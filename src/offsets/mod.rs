@@ -20,10 +20,6 @@ mod store;
 
 pub use advance::{advance, refusal};
 pub use owner::Owner;
-// Nothing names these two yet (callers read `Replaced`'s fields and print `ResetError`), but
-// they stay at the path they had before the split.
-#[allow(unused_imports)]
-pub use reset::{Replaced, ResetError};
 pub use store::OffsetStore;
 
 /// A topic and partition; the topic is shared so that cloning is cheap on the hot path.

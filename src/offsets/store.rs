@@ -8,7 +8,7 @@ use sqlx::{PgPool, Row};
 use super::sql::{
     unnest_args, CLAIM_SQL, FENCE_HOLDERS_SQL, LOCK_NOT_AVAILABLE, READ_SQL, RECLAIM_SQL,
 };
-use super::{StoredOffset, TopicPartition, APPLICATION_NAME};
+use super::{Owner, StoredOffset, TopicPartition, APPLICATION_NAME};
 
 /// Reads and claims positions on a shared pool (not the writers' connections).
 pub struct OffsetStore {
@@ -34,13 +34,13 @@ fn rows_to_offsets(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredOffset>
 }
 
 impl OffsetStore {
-    /// `owner_id` names this process in `kafka_offsets` (an `Owner` as text), so an operator
-    /// can see who holds what.
-    pub fn new(pool: PgPool, group: String, owner_id: String, lock_timeout: Duration) -> Self {
+    /// `owner` is written to `owner_id` with every claim, so an operator can see who holds
+    /// what; typed, so a sink and an operator's reset are spelled in one place.
+    pub fn new(pool: PgPool, group: String, owner: &Owner, lock_timeout: Duration) -> Self {
         Self {
             pool,
             group,
-            owner_id,
+            owner_id: owner.to_string(),
             lock_timeout,
         }
     }
