@@ -13,6 +13,7 @@ mod envelope;
 mod pointer;
 mod rows;
 mod source;
+mod transcode;
 
 use std::collections::HashMap;
 use std::fmt;
