@@ -24,6 +24,8 @@ pub enum ErrorKind {
     Rejected,
     /// Larger than `max_record_bytes`.
     TooLarge,
+    /// Its registry schema is missing (an unknown id) or unusable for the topic.
+    Schema,
 }
 
 impl ErrorKind {
@@ -35,6 +37,7 @@ impl ErrorKind {
             ErrorKind::Mapping => "mapping",
             ErrorKind::Rejected => "rejected",
             ErrorKind::TooLarge => "too_large",
+            ErrorKind::Schema => "schema",
         }
     }
 
@@ -46,8 +49,10 @@ impl ErrorKind {
             | MapError::NotAnObject(_)
             | MapError::Unsupported(_)
             | MapError::DeleteNeedsUpsert
-            | MapError::TooDeep(_) => ErrorKind::Decode,
+            | MapError::TooDeep(_)
+            | MapError::Wire(_) => ErrorKind::Decode,
             MapError::TooLarge { .. } => ErrorKind::TooLarge,
+            MapError::Schema(_) => ErrorKind::Schema,
             _ => ErrorKind::Mapping,
         }
     }

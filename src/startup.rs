@@ -15,7 +15,9 @@ use crate::kafka::context::SinkContext;
 use crate::kafka::{self, clients};
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, Owner};
-use crate::pipeline::adapters::{Blocking, ChannelPool, DbCatalog, DbPositions, Telemetry};
+use crate::pipeline::adapters::{
+    Blocking, ChannelPool, DbCatalog, DbPositions, NoRegistry, Telemetry,
+};
 use crate::pipeline::{Pipeline, PipelineParts, Policy, Route};
 use crate::routing::Router;
 use crate::shutdown::Shutdown;
@@ -161,6 +163,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         router,
         catalog: Box::new(DbCatalog::new(pool.clone(), blocking.clone())),
         positions: Box::new(DbPositions::new(store, blocking)),
+        schemas: Box::new(NoRegistry),
         lanes: writers.len(),
         writers: Box::new(writers),
         observer: Box::new(Telemetry {

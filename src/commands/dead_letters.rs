@@ -191,6 +191,10 @@ pub async fn replay(
             // The sink's own kinds, so a replay never relabels a `decode` letter `mapping`.
             Err(EncodeError::Invalid(e)) => Some((ErrorKind::of(&e).as_str(), e.to_string())),
             Err(EncodeError::ShapeChanged) => unreachable!("a fresh batch accepts any column list"),
+            Err(EncodeError::NeedSchema(id)) => Some((
+                ErrorKind::Schema.as_str(),
+                format!("schema {id} is needed and no [schema_registry] is configured"),
+            )),
             Ok(()) => {
                 let target = DeadLetterTarget {
                     topic,

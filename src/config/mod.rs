@@ -34,8 +34,8 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    ColumnSpec, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize, TimeUnit, TopicSettings,
-    WriteMode,
+    ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize, TimeUnit,
+    TopicSettings, WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -183,6 +183,9 @@ impl Settings {
                 return invalid(format!(
                     "topic {label}: dead_letter_topic needs on_error = \"dead_letter\""
                 ));
+            }
+            if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
+                return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
             }
             match (topic.format, &topic.raw_column) {
                 (RecordFormat::Raw, None) => {

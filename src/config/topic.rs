@@ -27,6 +27,13 @@ pub struct TopicSettings {
     pub sanitize: Sanitize,
     #[serde(default)]
     pub format: RecordFormat,
+    /// For `format = "debezium"`: how the change events are written (`json`, or `avro`,
+    /// `protobuf`, `json-schema` as Debezium's registry converters write them).
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// How record keys are written: `json` (JSON, or plain text) or a registry format.
+    #[serde(default)]
+    pub key_format: Encoding,
     /// `insert` appends; `upsert` inserts or updates by key, the last record per key winning.
     /// Unset means insert, or upsert for `debezium`.
     #[serde(default)]
@@ -151,6 +158,45 @@ pub enum RecordFormat {
     ConnectJson,
     /// A Debezium change event: `after` is upserted, `op = "d"` deletes `before`'s key.
     Debezium,
+    /// Avro in the Confluent wire format (schema id from a Schema Registry); a record's fields
+    /// map onto columns by name, as for JSON.
+    Avro,
+    /// Protobuf in the Confluent wire format (schema id and message indexes).
+    Protobuf,
+    /// JSON in the Confluent wire format with a JSON Schema in the registry.
+    JsonSchema,
+}
+
+impl RecordFormat {
+    /// The registry format a value in this format is written in, if it is one.
+    pub fn registry_encoding(self) -> Option<Encoding> {
+        match self {
+            RecordFormat::Avro => Some(Encoding::Avro),
+            RecordFormat::Protobuf => Some(Encoding::Protobuf),
+            RecordFormat::JsonSchema => Some(Encoding::JsonSchema),
+            _ => None,
+        }
+    }
+}
+
+/// How the bytes of a value (`encoding`, for `format = "debezium"`) or a key (`key_format`)
+/// are written: plain JSON, or a registry format in the Confluent wire format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    /// JSON (a key may also be plain text).
+    #[default]
+    Json,
+    Avro,
+    Protobuf,
+    JsonSchema,
+}
+
+impl Encoding {
+    /// Whether its schema comes from the registry.
+    pub fn uses_registry(self) -> bool {
+        self != Encoding::Json
+    }
 }
 
 /// How rows reach the table.

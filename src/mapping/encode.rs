@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use super::convert::{self, write_meta, write_raw, Hint, Input};
 use super::envelope::{self, Op};
+use super::transcode;
 use super::{
     pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
 };
@@ -43,20 +44,33 @@ impl TopicMapper {
             }
             .into());
         }
-        if let Some(value) = record.value {
+        // Registry formats are read as the JSON they transcode to; the text lives as long as
+        // this call, like the record it came from.
+        let transcoded_value;
+        let value = match record.value {
+            Some(v) if self.value_encoding.uses_registry() => {
+                transcoded_value = self.transcode(v)?;
+                Some(transcoded_value.as_bytes())
+            }
+            other => other,
+        };
+        if let Some(value) = value {
             if self.format != RecordFormat::Raw && nests_deeper_than(value, MAX_JSON_DEPTH) {
                 return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
             }
         }
-        let decoded = envelope::decode(
-            self.format,
-            record.value,
-            self.delete_on_tombstone,
-            &self.hints,
-        )?;
+        let decoded = envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?;
+        let transcoded_key;
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
-                Some(envelope::key_document(self.format, k)?)
+                if self.key_encoding.uses_registry() {
+                    transcoded_key = self.transcode(k)?;
+                    let raw: &RawValue = serde_json::from_str(&transcoded_key)
+                        .map_err(|e| MapError::Wire(format!("the decoded key: {e}")))?;
+                    Some(Input::Json(raw))
+                } else {
+                    Some(envelope::key_document(self.format, k)?)
+                }
             }
             _ => None,
         };
@@ -79,6 +93,20 @@ impl TopicMapper {
             Op::Write => self.encode_write(record, rows, value_of),
             Op::Delete => self.encode_delete(record, rows, value_of, key),
         }
+    }
+
+    /// A registry-encoded value or key as JSON text, by the decoder of its schema id; an id not
+    /// learnt yet is asked for (`NeedSchema`), never guessed.
+    fn transcode(&self, bytes: &[u8]) -> Result<String, EncodeError> {
+        let (id, payload) = transcode::split_header(bytes).map_err(MapError::Wire)?;
+        let Some(decoder) = self.decoders.get(&id) else {
+            return Err(EncodeError::NeedSchema(id));
+        };
+        let mut json = String::with_capacity(payload.len() * 2 + 16);
+        decoder
+            .to_json(payload, &mut json)
+            .map_err(|e| MapError::Wire(format!("schema {id}: {e}")))?;
+        Ok(json)
     }
 
     /// Names the column, its type and where the value came from, so the error says what to fix.

@@ -84,7 +84,11 @@ pub fn decode<'a>(
             doc: None,
             hints: None,
         }),
-        RecordFormat::Json => {
+        // Registry formats reach here transcoded into JSON, as `Json` (see `TopicMapper`).
+        RecordFormat::Json
+        | RecordFormat::Avro
+        | RecordFormat::Protobuf
+        | RecordFormat::JsonSchema => {
             let doc = std::str::from_utf8(value)
                 .map_err(|e| MapError::NotAnObject(format!("the value is not UTF-8: {e}")))?;
             Ok(Decoded {

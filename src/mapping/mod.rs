@@ -26,9 +26,11 @@ pub use encode::MAX_JSON_DEPTH;
 pub use rows::{Rows, TableRows};
 pub use source::{Meta, Source};
 
-use crate::config::{OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
+use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
+use crate::registry::{RegisteredSchema, SchemaKind};
 use crate::schema::{Column, ColumnType, Table};
 use envelope::HintCache;
+use transcode::Transcoder;
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +57,10 @@ pub enum MapError {
     TooLarge { bytes: usize, limit: u64 },
     #[error("the value nests JSON deeper than {0} levels")]
     TooDeep(usize),
+    #[error("the record is not in the Confluent wire format its topic expects: {0}")]
+    Wire(String),
+    #[error("{0}")]
+    Schema(String),
     #[error("{origin} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,
@@ -72,6 +78,9 @@ pub enum EncodeError {
     /// An upsert batch holds one column list per table (so the last record per key wins
     /// exactly); this record has another. Seal the batch and encode it again.
     ShapeChanged,
+    /// The record is written with registry schema `id`, which this mapping has not learnt:
+    /// fetch it (`learn`) and encode the record again.
+    NeedSchema(u32),
 }
 
 impl From<MapError> for EncodeError {
@@ -92,7 +101,13 @@ pub struct MappingConfigError {
 /// The mapping of one topic onto its table, built once from the table's description.
 pub struct TopicMapper {
     table: Arc<Table>,
+    /// The envelope the (decoded) value has: JSON, Connect JSON, Debezium or raw.
     format: RecordFormat,
+    /// How the value's bytes are written; registry formats are transcoded into JSON first.
+    value_encoding: Encoding,
+    key_encoding: Encoding,
+    /// Schema id → its compiled decoder, built once per id (ids are immutable).
+    decoders: HashMap<u32, Arc<dyn Transcoder>>,
     sources: Vec<Source>,
     /// Top-level document field → slot, for every field a column reads.
     fields: HashMap<String, usize>,
@@ -119,6 +134,16 @@ impl fmt::Debug for TopicMapper {
             .field("table", &self.table.to_string())
             .field("sources", &self.sources)
             .finish()
+    }
+}
+
+/// The registry kind an encoding's schemas have.
+fn schema_kind(encoding: Encoding) -> Option<SchemaKind> {
+    match encoding {
+        Encoding::Json => None,
+        Encoding::Avro => Some(SchemaKind::Avro),
+        Encoding::Protobuf => Some(SchemaKind::Protobuf),
+        Encoding::JsonSchema => Some(SchemaKind::Json),
     }
 }
 
@@ -197,7 +222,13 @@ impl TopicMapper {
             .iter()
             .any(|s| matches!(s, Source::Key(_) | Source::KeyAuto(_)));
         Ok(Self {
-            format: topic.format,
+            format: match topic.format.registry_encoding() {
+                Some(_) => RecordFormat::Json,
+                None => topic.format,
+            },
+            value_encoding: topic.format.registry_encoding().unwrap_or(topic.encoding),
+            key_encoding: topic.key_format,
+            decoders: HashMap::new(),
             delete_on_tombstone: topic.delete_on_tombstone,
             table,
             sources,
@@ -212,6 +243,36 @@ impl TopicMapper {
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
         })
+    }
+
+    /// Whether values or keys of this topic need schemas from the registry.
+    pub fn uses_registry(&self) -> bool {
+        self.value_encoding.uses_registry() || self.key_encoding.uses_registry()
+    }
+
+    /// Compiles the schema registered under `id` for this topic's records (after `encode`
+    /// asked for it with `NeedSchema`). A schema of another kind than the topic's format, or
+    /// one that does not compile, is the record's error (`schema`), never retried.
+    pub fn learn(&mut self, id: u32, schema: &RegisteredSchema) -> Result<(), MapError> {
+        let expected = [self.value_encoding, self.key_encoding]
+            .into_iter()
+            .filter_map(schema_kind)
+            .collect::<Vec<_>>();
+        if !expected.contains(&schema.kind) {
+            return Err(MapError::Schema(format!(
+                "schema {id} is a {:?} schema, but the topic reads {}",
+                schema.kind,
+                expected
+                    .iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )));
+        }
+        let decoder = transcode::build(schema)
+            .map_err(|e| MapError::Schema(format!("schema {id} cannot be used: {e}")))?;
+        self.decoders.insert(id, decoder);
+        Ok(())
     }
 
     /// What to do with a record that cannot be written.

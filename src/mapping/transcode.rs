@@ -9,11 +9,53 @@
 //! records and maps → objects; arrays → arrays; unions → their branch; NaN and infinities →
 //! the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
 
+use std::sync::Arc;
+
+use crate::registry::RegisteredSchema;
+
 /// A schema compiled for decoding: one record's payload into JSON text.
-#[allow(dead_code)] // wired into encode with the registry formats
 pub(crate) trait Transcoder: Send + Sync {
     /// `payload` is the record value (or key) after the Confluent wire header (magic byte 0
     /// and the 4-byte schema id); for Protobuf it still starts with the message-index array.
     /// Appends one JSON value to `out`. An error says what in the payload is wrong.
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String>;
+}
+
+/// The Confluent wire format's header: magic byte 0, then the schema id, big-endian.
+pub(crate) fn split_header(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
+    match bytes {
+        [0, a, b, c, d, payload @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), payload)),
+        [magic, ..] if *magic != 0 => Err(format!(
+            "the first byte is {magic:#04x}, not the magic byte 0 of a registry-encoded record"
+        )),
+        _ => Err(format!(
+            "{} bytes, shorter than the 5-byte header (magic byte and schema id)",
+            bytes.len()
+        )),
+    }
+}
+
+/// The decoder for a registered schema.
+pub(crate) fn build(schema: &RegisteredSchema) -> Result<Arc<dyn Transcoder>, String> {
+    Err(format!("{:?} schemas cannot be decoded yet", schema.kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_header;
+
+    #[test]
+    fn the_header_gives_the_schema_id_and_the_payload() {
+        assert_eq!(
+            split_header(&[0, 0, 0, 1, 2, 9, 9]),
+            Ok((258, &[9u8, 9][..]))
+        );
+        assert_eq!(split_header(&[0, 0, 0, 0, 7]), Ok((7, &[][..])));
+        assert!(split_header(&[1, 0, 0, 0, 7])
+            .unwrap_err()
+            .contains("magic byte"));
+        assert!(split_header(b"{\"id\":1}").unwrap_err().contains("0x7b"));
+        assert!(split_header(&[0, 0, 1]).unwrap_err().contains("shorter"));
+        assert!(split_header(&[]).is_err());
+    }
 }

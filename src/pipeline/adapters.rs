@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::ports::{Catalog, Event, MoveKind, Observer, PositionStore, Received, WriterPool};
+use super::ports::{
+    Catalog, Event, MoveKind, Observer, PositionStore, Received, Schemas, WriterPool,
+};
 use crate::batch::Batch;
 use crate::config::TopicSettings;
 use crate::health::Health;
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, StoredOffset, TopicPartition};
+use crate::registry::{RegisteredSchema, RegistryError};
 use crate::stats::Stats;
 use crate::writer::{Lane, SendError, WriterEvent};
 
@@ -187,5 +190,17 @@ impl Observer for Telemetry {
                 Stats::assigned(owned);
             }
         }
+    }
+}
+
+/// Without `[schema_registry]` no topic reads a registry format (the configuration refuses
+/// it), so nothing asks; if something did, the answer names the missing section.
+pub(crate) struct NoRegistry;
+
+impl Schemas for NoRegistry {
+    fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        Err(RegistryError::Unavailable(format!(
+            "schema {id} was asked for, but no [schema_registry] is configured"
+        )))
     }
 }

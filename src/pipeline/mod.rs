@@ -21,6 +21,7 @@ use crate::dead_letter::{DeadLetter, ErrorKind};
 use crate::mapping::{EncodeError, MapError, TopicMapper};
 use crate::offsets::TopicPartition;
 use crate::record::{OwnedRecord, RecordView};
+use crate::registry::RegistryError;
 use crate::routing::Router;
 use crate::writer::SendError;
 
@@ -39,7 +40,7 @@ mod tick;
 pub use fatal::Fatal;
 use lanes::Lanes;
 use partitions::{Accept, Key, PartitionTable};
-pub(crate) use ports::{Catalog, Event, Observer, PositionStore, Received, WriterPool};
+pub(crate) use ports::{Catalog, Event, Observer, PositionStore, Received, Schemas, WriterPool};
 pub use ports::{PartitionControl, SeekFailure};
 
 /// A topic and the mapping of its records onto its table.
@@ -71,6 +72,7 @@ pub(crate) struct PipelineParts {
     pub(crate) router: Router,
     pub(crate) catalog: Box<dyn Catalog>,
     pub(crate) positions: Box<dyn PositionStore>,
+    pub(crate) schemas: Box<dyn Schemas>,
     /// How many writers the pool has: a partition's lane is fixed by it.
     pub(crate) lanes: usize,
     pub(crate) writers: Box<dyn WriterPool>,
@@ -86,6 +88,7 @@ pub struct Pipeline {
     router: Router,
     catalog: Box<dyn Catalog>,
     positions: Box<dyn PositionStore>,
+    schemas: Box<dyn Schemas>,
     writers: Box<dyn WriterPool>,
     observer: Box<dyn Observer>,
     table: PartitionTable,
@@ -107,6 +110,15 @@ pub struct Pipeline {
     last_epoch_check: Instant,
     /// When positions were last compared with the cursors, for offsets that carry no record.
     last_gap_check: Instant,
+}
+
+/// Why a schema could not be learnt.
+enum Learn {
+    /// The record's own problem (an unknown id, a schema of the wrong kind): a dead letter or
+    /// a stop, by `on_error`.
+    Refused(MapError),
+    /// The registry did not answer: retried, never a dead letter.
+    Unavailable(String),
 }
 
 /// How often owned partitions are compared with the database for operators' resets.
@@ -134,6 +146,7 @@ impl Pipeline {
             router: parts.router,
             catalog: parts.catalog,
             positions: parts.positions,
+            schemas: parts.schemas,
             writers: parts.writers,
             observer: parts.observer,
             table: PartitionTable::default(),
@@ -219,6 +232,25 @@ impl Pipeline {
         self.unreported += 1;
         self.routes[route].consumed += 1;
         let mut encoded = self.encode_into(lane, route, record);
+        // A value and its key may each bring a schema id not seen yet.
+        for _ in 0..2 {
+            let Err(EncodeError::NeedSchema(id)) = encoded else {
+                break;
+            };
+            match self.learn_schema(route, id) {
+                Ok(()) => encoded = self.encode_into(lane, route, record),
+                Err(Learn::Refused(e)) => encoded = Err(EncodeError::Invalid(e)),
+                Err(Learn::Unavailable(why)) => {
+                    // Not the record's fault: nothing of it is taken, and the lane rewinds
+                    // after a backoff to read it again, while polling goes on.
+                    tracing::warn!(topic = record.topic, partition = record.partition, offset = record.offset, schema = id, error = %why, "cannot fetch the record's schema; retrying after a backoff");
+                    self.unreported -= 1;
+                    self.routes[route].consumed -= 1;
+                    self.begin_rewind(lane);
+                    return;
+                }
+            }
+        }
         if encoded == Err(EncodeError::ShapeChanged) {
             // An upsert batch keeps one column list per table: start a new batch.
             self.seal_and_send(lane);
@@ -234,6 +266,9 @@ impl Pipeline {
                 EncodeError::Invalid(e) => e,
                 EncodeError::ShapeChanged => {
                     MapError::Unsupported("a column list that does not fit a fresh batch".into())
+                }
+                EncodeError::NeedSchema(id) => {
+                    MapError::Schema(format!("schema {id} is still unknown after it was fetched"))
                 }
             };
             if !self.dead_letter(lane, route, record, error) {
@@ -260,6 +295,20 @@ impl Pipeline {
         let Route { topic, mapper, .. } = &self.routes[route];
         let rows = self.lanes.open_mut(lane).table_rows(route, topic, mapper);
         mapper.encode(record, rows)
+    }
+
+    /// Fetches schema `id` and teaches it to the route's mapping.
+    fn learn_schema(&mut self, route: usize, id: u32) -> Result<(), Learn> {
+        match self.schemas.fetch(id) {
+            Ok(schema) => self.routes[route]
+                .mapper
+                .learn(id, &schema)
+                .map_err(Learn::Refused),
+            Err(RegistryError::NotFound(what)) => Err(Learn::Refused(MapError::Schema(format!(
+                "the record's schema id {id} is not in the registry ({what})"
+            )))),
+            Err(RegistryError::Unavailable(why)) => Err(Learn::Unavailable(why)),
+        }
     }
 
     /// A record that cannot be written: kept as a dead letter in this batch's transaction (the

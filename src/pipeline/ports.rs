@@ -13,6 +13,7 @@ use crate::batch::Batch;
 use crate::config::TopicSettings;
 use crate::mapping::TopicMapper;
 use crate::offsets::{StoredOffset, TopicPartition};
+use crate::registry::{RegisteredSchema, RegistryError};
 use crate::stats::Failure;
 use crate::writer::{SendError, WriteResult, WriterEvent};
 
@@ -106,6 +107,12 @@ pub(crate) trait PositionStore: Send {
 pub(crate) trait Catalog: Send {
     /// The mapping of `topic` onto its table, described now.
     fn mapper(&self, settings: &TopicSettings, topic: &str) -> Result<TopicMapper, String>;
+}
+
+/// The Schema Registry, asked only for ids a mapping has not learnt yet (one request per new
+/// id). Bounded in time like every call of the consumer thread.
+pub(crate) trait Schemas: Send {
+    fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError>;
 }
 
 /// What waiting for a writer produced.

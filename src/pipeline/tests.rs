@@ -16,6 +16,7 @@ use super::ports::{MoveKind, Rebalance};
 use super::*;
 use crate::config::TopicSettings;
 use crate::offsets::{OffsetAdvance, Refusal, StoredOffset};
+use crate::registry::{RegisteredSchema, RegistryError, SchemaKind};
 use crate::schema::{Column, ColumnType, Table};
 use crate::writer::{Outcome, WriteResult, WriterEvent};
 
@@ -33,6 +34,8 @@ struct Db {
     rows: HashMap<TopicPartition, StoredOffset>,
     /// Committed rows by (partition, offset), with how often each was written.
     written: BTreeMap<(i32, i64), u32>,
+    /// Committed dead letters: partition, offset, kind.
+    letters: Vec<(i32, i64, &'static str)>,
     /// Calls to fail before answering again (PostgreSQL away).
     unavailable: u32,
     events: Vec<(TopicPartition, MoveKind, i64)>,
@@ -97,6 +100,10 @@ impl Db {
         }
         for position in rows_of(batch) {
             *self.written.entry(position).or_default() += 1;
+        }
+        for d in &batch.dead_letters {
+            self.letters
+                .push((d.record.partition, d.record.offset, d.kind.as_str()));
         }
         Outcome::Committed
     }
@@ -180,6 +187,20 @@ impl PositionStore for FakePositions {
         row.next_offset = Some(to);
         db.events.push((t.clone(), kind, to));
         Ok(true)
+    }
+}
+
+/// The registry's answers, in order; `NotFound` once they run out.
+#[derive(Clone, Default)]
+struct FakeSchemas(Arc<Mutex<VecDeque<Result<Arc<RegisteredSchema>, RegistryError>>>>);
+
+impl Schemas for FakeSchemas {
+    fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        self.0
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Err(RegistryError::NotFound(format!("id {id}"))))
     }
 }
 
@@ -389,6 +410,7 @@ struct Harness {
     writers: Arc<Mutex<Writers>>,
     answering: FakeWriters,
     seen: Seen,
+    schemas: FakeSchemas,
     /// The test's clock: every tick moves it past every deadline and backoff.
     clock: Instant,
 }
@@ -462,6 +484,7 @@ impl Harness {
             capacity: setup.max_in_flight,
         };
         let seen = Seen::default();
+        let schemas = FakeSchemas::default();
         let limits = BatchSettings {
             max_records: setup.max_records,
             max_in_flight: setup.max_in_flight,
@@ -476,6 +499,7 @@ impl Harness {
             router: Router::new(std::slice::from_ref(&settings)).expect("valid routes"),
             catalog: Box::new(NoCatalog),
             positions: Box::new(FakePositions(db.clone())),
+            schemas: Box::new(schemas.clone()),
             lanes: setup.lanes,
             writers: Box::new(pool(&writers)),
             observer: Box::new(seen.clone()),
@@ -494,6 +518,7 @@ impl Harness {
             db,
             writers,
             seen,
+            schemas,
             clock: Instant::now(),
         }
     }
@@ -516,6 +541,10 @@ impl Harness {
     }
 
     fn deliver_value(&mut self, p: i32, offset: i64, value: &str) {
+        self.deliver_bytes(p, offset, value.as_bytes());
+    }
+
+    fn deliver_bytes(&mut self, p: i32, offset: i64, value: &[u8]) {
         let key = offset.to_string();
         let record = RecordView {
             topic: TOPIC,
@@ -523,7 +552,7 @@ impl Harness {
             offset,
             timestamp: Some(1_700_000_000_000),
             key: Some(key.as_bytes()),
-            value: Some(value.as_bytes()),
+            value: Some(value),
             headers: &[],
         };
         self.pipeline.on_record(&record);
@@ -974,4 +1003,75 @@ fn consumed_records_are_reported_before_their_commit() {
     assert!(consumed.is_some() && consumed < committed, "{seen:?}");
     assert_eq!(seen.first().map(String::as_str), Some("assign 1"));
     let _ = Rebalance::Assign;
+}
+
+/// A record in a registry format whose schema cannot be fetched (the registry is down) is not
+/// the record's fault: nothing is dead-lettered, the lane rewinds and reads it again later.
+/// An id the registry does not have is the record's fault: a `schema` dead letter.
+#[test]
+fn a_registry_that_does_not_answer_is_retried_and_an_unknown_id_is_a_dead_letter() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic: "format = \"avro\"\non_error = \"dead_letter\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.schemas.0.lock().unwrap().extend([
+        Err(RegistryError::Unavailable("connection refused".into())),
+        Err(RegistryError::Unavailable("connection refused".into())),
+    ]);
+    let framed = [0u8, 0, 0, 0, 42, 2, 0x61];
+    h.deliver_bytes(0, 0, &framed);
+    h.tick();
+    assert!(
+        h.sent().is_empty(),
+        "nothing taken while the registry is away"
+    );
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Beginning)]);
+    h.deliver_bytes(0, 0, &framed); // still away
+    h.tick();
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Beginning)]);
+    assert!(
+        h.db.lock().unwrap().letters.is_empty(),
+        "never a dead letter"
+    );
+    // Back, but it has no schema 42.
+    h.deliver_bytes(0, 0, &framed);
+    h.answer_all();
+    h.answer_all();
+    let db = h.db.lock().unwrap();
+    assert_eq!(db.letters, vec![(0, 0, "schema")]);
+    assert_eq!(db.next(0), Some(1), "the position moves past the letter");
+    assert!(db.written.is_empty());
+}
+
+/// A schema of another kind than the topic reads is refused as the record's error; a payload
+/// without the wire header is a `decode` letter and asks the registry nothing.
+#[test]
+fn a_schema_of_the_wrong_kind_and_a_record_without_the_header_are_dead_letters() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic: "format = \"avro\"\non_error = \"dead_letter\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.schemas
+        .0
+        .lock()
+        .unwrap()
+        .push_back(Ok(Arc::new(RegisteredSchema {
+            kind: SchemaKind::Protobuf,
+            text: "syntax = \"proto3\";".into(),
+        })));
+    h.deliver_bytes(0, 0, &[0, 0, 0, 0, 7, 0]);
+    h.deliver_bytes(0, 1, br#"{"id": 1}"#);
+    h.answer_all();
+    h.answer_all();
+    let db = h.db.lock().unwrap();
+    assert_eq!(db.letters, vec![(0, 0, "schema"), (0, 1, "decode")]);
+    assert_eq!(db.next(0), Some(2));
+    assert!(
+        h.schemas.0.lock().unwrap().is_empty(),
+        "one fetch, for id 7"
+    );
 }
