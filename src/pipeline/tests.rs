@@ -190,9 +190,12 @@ impl PositionStore for FakePositions {
     }
 }
 
+/// One answer of the registry.
+type Answered = Result<Arc<RegisteredSchema>, RegistryError>;
+
 /// The registry's answers, in order; `NotFound` once they run out.
 #[derive(Clone, Default)]
-struct FakeSchemas(Arc<Mutex<VecDeque<Result<Arc<RegisteredSchema>, RegistryError>>>>);
+struct FakeSchemas(Arc<Mutex<VecDeque<Answered>>>);
 
 impl Schemas for FakeSchemas {
     fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
