@@ -10,7 +10,9 @@
 mod convert;
 mod encode;
 mod envelope;
+mod json_schema;
 mod pointer;
+mod protobuf;
 mod rows;
 mod source;
 mod transcode;
