@@ -38,7 +38,6 @@ const SCHEMA_FILE: &str = "registered.proto";
 const MAX_INDEXES: usize = 32;
 
 /// A `.proto` schema compiled for decoding its records.
-#[allow(dead_code)] // wired into encode with the registry formats
 pub(crate) struct ProtobufTranscoder {
     file: FileDescriptor,
     /// Message type per message-index path, resolved once: records of one schema nearly always
@@ -47,7 +46,6 @@ pub(crate) struct ProtobufTranscoder {
     options: SerializeOptions,
 }
 
-#[allow(dead_code)] // wired into encode with the registry formats
 impl ProtobufTranscoder {
     /// Compiles the registered `.proto` text; its errors say where in the text it is wrong.
     pub(crate) fn new(proto_source: &str) -> Result<Self, String> {

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::registry::RegisteredSchema;
+use crate::registry::{RegisteredSchema, SchemaKind};
 
 /// A schema compiled for decoding: one record's payload into JSON text.
 pub(crate) trait Transcoder: Send + Sync {
@@ -37,7 +37,11 @@ pub(crate) fn split_header(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
 
 /// The decoder for a registered schema.
 pub(crate) fn build(schema: &RegisteredSchema) -> Result<Arc<dyn Transcoder>, String> {
-    Err(format!("{:?} schemas cannot be decoded yet", schema.kind))
+    Ok(match schema.kind {
+        SchemaKind::Avro => return Err("Avro schemas cannot be decoded yet".into()),
+        SchemaKind::Protobuf => Arc::new(super::protobuf::ProtobufTranscoder::new(&schema.text)?),
+        SchemaKind::Json => Arc::new(super::json_schema::JsonSchemaTranscoder::new(&schema.text)?),
+    })
 }
 
 #[cfg(test)]
