@@ -8,15 +8,18 @@
 #       PLAINTEXT 9092 (also inter-broker), CONTROLLER 9093,
 #       SASL_PLAINTEXT 9094 (PLAIN and SCRAM-SHA-512, user sink / sink-secret),
 #       SSL 9095 (server cert from the same CA; no client auth).
-#   - A Confluent-compatible Schema Registry (`up registry` only, for now): Apicurio Registry
-#     2.4.2.Final, assembled once from Maven Central jars with the Quarkus 2.16.4 Maven
-#     plugin (scripts/registry/), in-memory storage (empty at every start), Confluent API
+#   - A Confluent-compatible Schema Registry: Apicurio Registry 2.4.2.Final, assembled once
+#     from Maven Central jars with the Quarkus 2.16.4 Maven plugin (scripts/registry/; the
+#     first build takes about 4 minutes, later ones reuse the cached app), in-memory storage
+#     (empty at every start: schemas and their ids do not survive a stop), Confluent API
 #     under http://127.0.0.1:18081/apis/ccompat/v7 (`env` prints SCHEMA_REGISTRY_URL).
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
 #   up [kafka|postgres|registry]
-#                           start Kafka and PostgreSQL, or one service (idempotent);
-#                           returns once they answer
+#                           start Kafka, PostgreSQL and the registry, or one service
+#                           (idempotent); returns once they answer
+#   build [kafka|registry]  fetch the Kafka jars and build the registry app (or one), so a
+#                           later up only starts them; nothing is started
 #   down [kafka|postgres|registry]
 #                           stop all (the registry too), or one (idempotent); data is kept
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
@@ -896,10 +899,25 @@ cmd_up() {
     postgres) pg_start ;;
     registry) registry_start ;;
     '')
-        # Launch Kafka first so the JVM boots while PostgreSQL starts.
+        # Launch both JVMs first so they boot while PostgreSQL starts.
         kafka_launch
+        registry_launch
         pg_start
         kafka_wait_ready
+        registry_wait_ready
+        ;;
+    *) usage ;;
+    esac
+}
+
+# What `up` would download or build, without starting anything: CI runs it while it compiles.
+cmd_build() {
+    case ${1:-} in
+    kafka) kafka_fetch_libs ;;
+    registry) registry_build ;;
+    '')
+        kafka_fetch_libs
+        registry_build
         ;;
     *) usage ;;
     esac
@@ -983,6 +1001,7 @@ cmd_destroy() {
 }
 
 cmd_reset() {
+    registry_stop
     kafka_reset
     if is_default; then pg_stop; else pg_drop; fi
 }
@@ -1012,6 +1031,7 @@ main() {
     [[ $# -gt 0 ]] && shift
     case $cmd in
     up) cmd_up "$@" ;;
+    build) cmd_build "$@" ;;
     down) cmd_down "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;
