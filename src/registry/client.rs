@@ -123,7 +123,9 @@ impl RegistryClient {
     }
 
     /// The newest schema of `subject` and its id, for `check`. Never cached (a subject gains
-    /// versions), but the schema joins the id cache.
+    /// versions), but the schema joins the id cache. What the registry answers now is
+    /// returned; should it differ from what the cache holds for that id, the registry broke
+    /// the rule that ids never change (storage lost, ids handed out anew), and that is said.
     pub async fn latest(
         &self,
         subject: &str,
@@ -137,7 +139,15 @@ impl RegistryClient {
                 "the registry's answer for {what} carries no schema id"
             ))
         })?;
-        let schema = self.cache.get_or_fetch(id, || async { Ok(schema) }).await?;
+        let schema = Arc::new(schema);
+        let fresh = RegisteredSchema::clone(&schema);
+        let held = self.cache.get_or_fetch(id, || async { Ok(fresh) }).await?;
+        if held != schema {
+            tracing::warn!(
+                "the schema registry now names another schema with id {id} than it did: ids \
+                 must never change (was its storage lost?); records already read keep the old one"
+            );
+        }
         Ok((id, schema))
     }
 
@@ -221,15 +231,14 @@ impl RegistryClient {
             }
             source = cause.source();
         }
-        let causes = if causes.is_empty() {
-            e.to_string()
-        } else {
-            causes.join(": ")
-        };
         if e.is_connect() {
-            format!("could not be reached: {causes}")
+            // The innermost cause says it best (refused, no such host, an untrusted certificate).
+            let root = causes.pop().unwrap_or_else(|| e.to_string());
+            format!("could not be reached: {root}")
+        } else if causes.is_empty() {
+            format!("request failed: {e}")
         } else {
-            format!("request failed: {causes}")
+            format!("request failed: {}", causes.join(": "))
         }
     }
 }
