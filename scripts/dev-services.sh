@@ -35,11 +35,12 @@
 #                           kafka-run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 --list
 #
 # Instances. Without KPS_INSTANCE (or with KPS_INSTANCE=default) commands act on the
-# default instance: cluster 15/main, run dir $CACHE/run/kafka, fixed default ports.
-# KPS_INSTANCE=NAME (NAME: [a-z0-9][a-z0-9_]{0,31}, not "default" or "kafka") selects an
-# independent instance for fault-injection tests: its own PostgreSQL cluster
-# 15/kps_NAME (start.conf manual) and its own broker (heap 384m), with run dir
-# $CACHE/run/NAME (broker data, logs, pid file, the ports in use). Data survives
+# default instance: cluster 15/main, run dirs $CACHE/run/kafka and $CACHE/run/registry,
+# fixed default ports. KPS_INSTANCE=NAME (NAME: [a-z0-9][a-z0-9_]{0,31}, not "default",
+# "kafka" or "registry") selects an independent instance for fault-injection tests: its own
+# PostgreSQL cluster 15/kps_NAME (start.conf manual), its own broker (heap 384m) and its own
+# registry (`start registry` alone gives a second registry: tests/it/helpers/registry.rs),
+# with run dir $CACHE/run/NAME (broker data, logs, pid files, the ports in use). Data survives
 # stop/start/down; `destroy` (or `reset`) removes it.
 #
 # Ports (environment; each one wins over everything else):
@@ -100,7 +101,8 @@ usage() {
 INSTANCE=${KPS_INSTANCE:-default}
 [[ $INSTANCE =~ ^[a-z0-9][a-z0-9_]{0,31}$ ]] ||
     die "KPS_INSTANCE='$INSTANCE': use 1-32 characters from [a-z0-9_], starting with a letter or digit"
-[[ $INSTANCE != kafka ]] || die "KPS_INSTANCE=kafka is reserved (the default instance's run dir)"
+[[ $INSTANCE != kafka && $INSTANCE != registry ]] ||
+    die "KPS_INSTANCE=$INSTANCE is reserved (a run dir of the default instance)"
 
 is_default() { [[ $INSTANCE == default ]]; }
 
@@ -980,7 +982,7 @@ cmd_list() {
         for dir in "$CACHE_DIR"/run/*/; do
             dir=${dir%/}
             dir=${dir##*/}
-            [[ $dir != kafka && $dir != '*' ]] && printf '%s\n' "$dir"
+            [[ $dir != kafka && $dir != registry && $dir != '*' ]] && printf '%s\n' "$dir"
         done
         for dir in /etc/postgresql/"$PG_VERSION"/kps_*/; do
             [[ -f $dir/postgresql.conf ]] || continue
