@@ -276,6 +276,30 @@ mod tests {
         assert_eq!(client.requests(), 4, "a failure is asked again");
     }
 
+    /// Every attempt shows in the Prometheus counter, as in `requests()`.
+    #[test]
+    fn requests_are_counted_for_prometheus() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let client = RegistryClient::new(&RegistrySettings::with_urls([dead_url()])).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                client.schema_by_id(1).await.unwrap_err();
+                client.latest("s").await.unwrap_err();
+            })
+        });
+        let line = format!("{} 2", crate::meters::SCHEMA_REGISTRY_REQUESTS);
+        assert!(
+            handle.render().lines().any(|l| l == line),
+            "{}",
+            handle.render()
+        );
+    }
+
     #[tokio::test]
     async fn a_registry_that_never_answers_fails_within_the_timeout() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -8,7 +8,8 @@ use kafka_pg_sink::config::{Overrides, RegistrySettings, Settings};
 use kafka_pg_sink::registry::{RegistryClient, RegistryError, SchemaKind};
 
 use crate::helpers::registry::{
-    framed, register, register_at, registry_url, unique_subject, AuthProxy, PrivateRegistry,
+    dev_ca, framed, register, register_at, registry_url, unique_subject, AuthProxy,
+    PrivateRegistry, TlsProxy,
 };
 
 const AVRO: &str = r#"{"type":"record","name":"Order","namespace":"it.registry","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}"#;
@@ -330,4 +331,32 @@ async fn a_stopped_or_hung_registry_is_unavailable_within_the_timeout() {
     let id = register_at(&url, "again-value", SchemaKind::Protobuf, PROTO).await;
     let (latest, schema) = registry.latest("again-value").await.expect("back");
     assert_eq!((latest, schema.kind), (id, SchemaKind::Protobuf));
+}
+
+/// HTTPS with the registry's CA in `ca_file`; without it the system's roots refuse the
+/// certificate, and the error says the registry could not be reached, not "not found".
+#[tokio::test]
+async fn https_trusts_the_ca_file_and_only_it() {
+    let proxy = TlsProxy::start(&registry_url());
+    let id = register(&unique_subject("tls"), SchemaKind::Json, JSON_SCHEMA).await;
+    let mut settings = RegistrySettings::with_urls([proxy.url.clone()]);
+    let message = unavailable(
+        RegistryClient::new(&settings)
+            .unwrap()
+            .schema_by_id(id)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        message.contains(&format!("{} could not be reached", proxy.url))
+            && message.contains("certificate"),
+        "{message}"
+    );
+    settings.ca_file = Some(dev_ca());
+    let registry = RegistryClient::new(&settings).unwrap();
+    let schema = registry.schema_by_id(id).await.expect("over HTTPS");
+    assert_eq!(
+        (schema.kind, schema.text.as_str()),
+        (SchemaKind::Json, JSON_SCHEMA)
+    );
 }

@@ -334,3 +334,104 @@ impl Drop for PrivateRegistry {
         let _ = std::panic::catch_unwind(|| self.run(&["destroy"]));
     }
 }
+
+/// The CA of `scripts/dev-services.sh` (`KPS_TLS_CA`), which signed its server certificate.
+pub fn dev_ca() -> std::path::PathBuf {
+    std::env::var_os("KPS_TLS_CA")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            panic!("KPS_TLS_CA is not set: this test needs the TLS files of scripts/dev-services.sh (eval \"$(scripts/dev-services.sh env)\")")
+        })
+        .into()
+}
+
+/// HTTPS in front of a real registry, with the dev services' server certificate (for
+/// localhost and 127.0.0.1, signed by [`dev_ca`]): proves the client's TLS settings while the
+/// schemas still come from the registry. One thread per connection; it lives as long as the
+/// test binary.
+pub struct TlsProxy {
+    /// The registry's API root over HTTPS.
+    pub url: String,
+}
+
+impl TlsProxy {
+    pub fn start(upstream: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let ca = dev_ca();
+        let dir = ca.parent().expect("the TLS dir");
+        let chain = CertificateDer::pem_file_iter(dir.join("server.crt"))
+            .expect("server.crt")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("server.crt");
+        let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server certificate");
+        let config = Arc::new(config);
+        let upstream = url::Url::parse(upstream).expect("registry URL");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!(
+            "https://{}{}",
+            listener.local_addr().unwrap(),
+            upstream.path()
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (config, upstream) = (Arc::clone(&config), upstream.clone());
+                std::thread::spawn(move || serve_tls(config, stream, &upstream));
+            }
+        });
+        Self { url }
+    }
+}
+
+/// One HTTPS request: read its head, GET the same path from upstream, answer, close. A failed
+/// handshake (a client that does not trust the certificate) just ends the connection.
+fn serve_tls(config: Arc<rustls::ServerConfig>, stream: std::net::TcpStream, upstream: &url::Url) {
+    use std::io::{Read, Write};
+    let Ok(connection) = rustls::ServerConnection::new(config) else {
+        return;
+    };
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tls.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let Some(path) = head.split(' ').nth(1) else {
+        return;
+    };
+    let mut target = upstream.clone();
+    target.set_path("");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let (status, body) = match agent
+        .get(format!("{}{}", target.as_str().trim_end_matches('/'), path))
+        .call()
+    {
+        Ok(mut answer) => (
+            answer.status().as_u16(),
+            answer.body_mut().read_to_string().unwrap_or_default(),
+        ),
+        Err(e) => (502, e.to_string()),
+    };
+    let _ = write!(
+        tls,
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+}
