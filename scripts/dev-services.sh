@@ -8,15 +8,18 @@
 #       PLAINTEXT 9092 (also inter-broker), CONTROLLER 9093,
 #       SASL_PLAINTEXT 9094 (PLAIN and SCRAM-SHA-512, user sink / sink-secret),
 #       SSL 9095 (server cert from the same CA; no client auth).
-#   - A Confluent-compatible Schema Registry (`up registry` only, for now): Apicurio Registry
-#     2.4.2.Final, assembled once from Maven Central jars with the Quarkus 2.16.4 Maven
-#     plugin (scripts/registry/), in-memory storage (empty at every start), Confluent API
+#   - A Confluent-compatible Schema Registry: Apicurio Registry 2.4.2.Final, assembled once
+#     from Maven Central jars with the Quarkus 2.16.4 Maven plugin (scripts/registry/; the
+#     first build takes about 4 minutes, later ones reuse the cached app), in-memory storage
+#     (empty at every start: schemas and their ids do not survive a stop), Confluent API
 #     under http://127.0.0.1:18081/apis/ccompat/v7 (`env` prints SCHEMA_REGISTRY_URL).
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
 #   up [kafka|postgres|registry]
-#                           start Kafka and PostgreSQL, or one service (idempotent);
-#                           returns once they answer
+#                           start Kafka, PostgreSQL and the registry, or one service
+#                           (idempotent); returns once they answer
+#   build [kafka|registry]  fetch the Kafka jars and build the registry app (or one), so a
+#                           later up only starts them; nothing is started
 #   down [kafka|postgres|registry]
 #                           stop all (the registry too), or one (idempotent); data is kept
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
@@ -32,11 +35,12 @@
 #                           kafka-run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 --list
 #
 # Instances. Without KPS_INSTANCE (or with KPS_INSTANCE=default) commands act on the
-# default instance: cluster 15/main, run dir $CACHE/run/kafka, fixed default ports.
-# KPS_INSTANCE=NAME (NAME: [a-z0-9][a-z0-9_]{0,31}, not "default" or "kafka") selects an
-# independent instance for fault-injection tests: its own PostgreSQL cluster
-# 15/kps_NAME (start.conf manual) and its own broker (heap 384m), with run dir
-# $CACHE/run/NAME (broker data, logs, pid file, the ports in use). Data survives
+# default instance: cluster 15/main, run dirs $CACHE/run/kafka and $CACHE/run/registry,
+# fixed default ports. KPS_INSTANCE=NAME (NAME: [a-z0-9][a-z0-9_]{0,31}, not "default",
+# "kafka" or "registry") selects an independent instance for fault-injection tests: its own
+# PostgreSQL cluster 15/kps_NAME (start.conf manual), its own broker (heap 384m) and its own
+# registry (`start registry` alone gives a second registry: tests/it/helpers/registry.rs),
+# with run dir $CACHE/run/NAME (broker data, logs, pid files, the ports in use). Data survives
 # stop/start/down; `destroy` (or `reset`) removes it.
 #
 # Ports (environment; each one wins over everything else):
@@ -97,7 +101,8 @@ usage() {
 INSTANCE=${KPS_INSTANCE:-default}
 [[ $INSTANCE =~ ^[a-z0-9][a-z0-9_]{0,31}$ ]] ||
     die "KPS_INSTANCE='$INSTANCE': use 1-32 characters from [a-z0-9_], starting with a letter or digit"
-[[ $INSTANCE != kafka ]] || die "KPS_INSTANCE=kafka is reserved (the default instance's run dir)"
+[[ $INSTANCE != kafka && $INSTANCE != registry ]] ||
+    die "KPS_INSTANCE=$INSTANCE is reserved (a run dir of the default instance)"
 
 is_default() { [[ $INSTANCE == default ]]; }
 
@@ -896,10 +901,25 @@ cmd_up() {
     postgres) pg_start ;;
     registry) registry_start ;;
     '')
-        # Launch Kafka first so the JVM boots while PostgreSQL starts.
+        # Launch both JVMs first so they boot while PostgreSQL starts.
         kafka_launch
+        registry_launch
         pg_start
         kafka_wait_ready
+        registry_wait_ready
+        ;;
+    *) usage ;;
+    esac
+}
+
+# What `up` would download or build, without starting anything: CI runs it while it compiles.
+cmd_build() {
+    case ${1:-} in
+    kafka) kafka_fetch_libs ;;
+    registry) registry_build ;;
+    '')
+        kafka_fetch_libs
+        registry_build
         ;;
     *) usage ;;
     esac
@@ -962,7 +982,7 @@ cmd_list() {
         for dir in "$CACHE_DIR"/run/*/; do
             dir=${dir%/}
             dir=${dir##*/}
-            [[ $dir != kafka && $dir != '*' ]] && printf '%s\n' "$dir"
+            [[ $dir != kafka && $dir != registry && $dir != '*' ]] && printf '%s\n' "$dir"
         done
         for dir in /etc/postgresql/"$PG_VERSION"/kps_*/; do
             [[ -f $dir/postgresql.conf ]] || continue
@@ -983,6 +1003,7 @@ cmd_destroy() {
 }
 
 cmd_reset() {
+    registry_stop
     kafka_reset
     if is_default; then pg_stop; else pg_drop; fi
 }
@@ -1012,6 +1033,7 @@ main() {
     [[ $# -gt 0 ]] && shift
     case $cmd in
     up) cmd_up "$@" ;;
+    build) cmd_build "$@" ;;
     down) cmd_down "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;

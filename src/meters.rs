@@ -31,6 +31,8 @@ pub const LAG: &str = "kafka_pg_sink_lag";
 pub const HIGH_WATERMARK: &str = "kafka_pg_sink_high_watermark";
 /// The other end of `LAG`: the stored position.
 pub const NEXT_OFFSET: &str = "kafka_pg_sink_next_offset";
+/// HTTP requests to the schema registry; flat while records flow, as schemas are cached by id.
+pub const SCHEMA_REGISTRY_REQUESTS: &str = "kafka_pg_sink_schema_registry_requests_total";
 /// Partitions this process owns; `/ready` also wants at least one.
 pub const ASSIGNED: &str = "kafka_pg_sink_assigned_partitions";
 

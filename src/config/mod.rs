@@ -22,6 +22,7 @@ mod http;
 mod kafka;
 mod log;
 mod postgres;
+mod registry;
 mod secrets;
 mod topic;
 
@@ -30,6 +31,7 @@ pub use http::HttpSettings;
 pub use kafka::{GroupProtocol, KafkaSettings, ResetPolicy};
 pub use log::{LogFormat, LogSettings};
 pub use postgres::{PostgresSettings, SessionRole};
+pub use registry::{RegistrySettings, SubjectPart, SubjectStrategy};
 use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
@@ -56,6 +58,9 @@ pub struct Settings {
     /// One entry per subscribed topic; each goes to its own table.
     #[serde(default)]
     pub topics: Vec<TopicSettings>,
+    /// Where the binary formats' schemas come from; none unless configured.
+    #[serde(default)]
+    pub schema_registry: Option<RegistrySettings>,
 }
 
 /// For settings that are on unless turned off (`http.enabled`, `map_by_name`).
@@ -97,6 +102,9 @@ impl Settings {
             })?;
         }
         settings.postgres.url = resolve_database_url(&settings.postgres.url)?;
+        if let Some(registry) = &mut settings.schema_registry {
+            registry.resolve()?;
+        }
         settings.validate()?;
         Ok(settings)
     }

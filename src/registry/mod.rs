@@ -1,5 +1,15 @@
 //! A Confluent-compatible Schema Registry, as the sink reads it: schemas by id (cached: ids
 //! are immutable) and the latest schema of a subject (for `check`).
+//!
+//! One concept per file: the HTTP client with its failover (`client.rs`), the reading of an
+//! answer (`answer.rs`), the cache by id (`cache.rs`) and the connection's TLS (`tls.rs`).
+
+mod answer;
+mod cache;
+mod client;
+mod tls;
+
+pub use client::RegistryClient;
 
 /// Which format a registered schema describes (`schemaType`; absent means Avro).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

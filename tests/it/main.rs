@@ -18,6 +18,7 @@ mod operations;
 mod out_of_range;
 mod positions;
 mod rebalance;
+mod registry;
 mod rejected;
 mod restarts;
 mod security;

@@ -6,6 +6,7 @@ pub mod kafka;
 pub mod orders;
 pub mod private;
 pub mod proxy;
+pub mod registry;
 pub mod services;
 pub mod sink;
 
