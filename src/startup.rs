@@ -16,9 +16,10 @@ use crate::kafka::{self, clients};
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, Owner};
 use crate::pipeline::adapters::{
-    Blocking, ChannelPool, DbCatalog, DbPositions, NoRegistry, Telemetry,
+    Blocking, ChannelPool, DbCatalog, DbPositions, NoRegistry, RegistrySchemas, Telemetry,
 };
 use crate::pipeline::{Pipeline, PipelineParts, Policy, Route};
+use crate::registry::RegistryClient;
 use crate::routing::Router;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -154,16 +155,25 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     let router = Router::new(&settings.topics)?;
     // Every database call of the consumer thread is bounded on the client side as well.
     let blocking = Blocking::new(
-        runtime,
+        runtime.clone(),
         settings.postgres.statement_timeout + settings.postgres.connect_timeout,
     );
     let writers = ChannelPool::new(lanes, results_rx);
+    let schemas: Box<dyn crate::pipeline::Schemas> = match &settings.schema_registry {
+        Some(registry) => {
+            let client = Arc::new(RegistryClient::new(registry)?);
+            let limit =
+                registry.timeout * registry.urls.len().max(1) as u32 + Duration::from_secs(1);
+            Box::new(RegistrySchemas::new(client, runtime.clone(), limit))
+        }
+        None => Box::new(NoRegistry),
+    };
     let pipeline = Pipeline::new(PipelineParts {
         routes,
         router,
         catalog: Box::new(DbCatalog::new(pool.clone(), blocking.clone())),
         positions: Box::new(DbPositions::new(store, blocking)),
-        schemas: Box::new(NoRegistry),
+        schemas,
         lanes: writers.len(),
         writers: Box::new(writers),
         observer: Box::new(Telemetry {

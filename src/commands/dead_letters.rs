@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,9 +14,10 @@ use sqlx::{Connection, PgPool, Row};
 use crate::batch::{table_write, DeadLetterTarget};
 use crate::config::{Settings, WriteMode};
 use crate::dead_letter::ErrorKind;
-use crate::mapping::{EncodeError, TopicMapper};
+use crate::mapping::{EncodeError, MapError, TopicMapper};
 use crate::pgtext::escape_nul;
 use crate::record::{OwnedRecord, RecordView};
+use crate::registry::{RegistryClient, RegistryError};
 use crate::routing::Router;
 use crate::{startup, writer};
 
@@ -151,30 +151,33 @@ pub async fn replay(
     let pool = startup::connect_pool(settings).await?;
     let letters = load(&pool, &settings.kafka.group_id, sel).await?;
     let router = Router::new(&settings.topics)?;
-    let mut mappers: HashMap<String, Rc<TopicMapper>> = HashMap::new();
+    let mut mappers: HashMap<String, TopicMapper> = HashMap::new();
+    let registry = match &settings.schema_registry {
+        Some(r) => Some(RegistryClient::new(r)?),
+        None => None,
+    };
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
     let mut staged = HashSet::new();
     let mut done = Replayed::default();
     for d in letters {
-        let mapper = match mappers.get(&d.topic) {
-            Some(m) => m.clone(),
-            None => {
-                let settings = router.settings_for(&d.topic).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "dead letter {}: topic {:?} is no longer configured",
-                        d.id,
-                        d.topic
-                    )
-                })?;
-                if settings.write_mode() == WriteMode::Upsert {
-                    tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
-                }
-                let m = Rc::new(TopicMapper::load(&pool, settings, &d.topic).await?);
-                mappers.insert(d.topic.clone(), m.clone());
-                m
+        if !mappers.contains_key(&d.topic) {
+            let settings = router.settings_for(&d.topic).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "dead letter {}: topic {:?} is no longer configured",
+                    d.id,
+                    d.topic
+                )
+            })?;
+            if settings.write_mode() == WriteMode::Upsert {
+                tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
             }
-        };
+            let m = TopicMapper::load(&pool, settings, &d.topic).await?;
+            mappers.insert(d.topic.clone(), m);
+        }
+        let mapper = mappers
+            .get_mut(&d.topic)
+            .expect("inserted above when missing");
         let topic: Arc<str> = d.topic.as_str().into();
         let headers = d.record.header_views();
         let view = RecordView {
@@ -187,13 +190,41 @@ pub async fn replay(
             headers: &headers,
         };
         let mut rows = mapper.new_rows();
-        let failure = match mapper.encode(&view, &mut rows) {
+        let mut encoded = mapper.encode(&view, &mut rows);
+        // A value and its key may each bring a schema the mapping has not learnt.
+        for _ in 0..2 {
+            let Err(EncodeError::NeedSchema(id)) = encoded else {
+                break;
+            };
+            let learnt = match &registry {
+                Some(client) => match client.schema_by_id(id).await {
+                    Ok(schema) => mapper.learn(id, &schema),
+                    Err(RegistryError::NotFound(what)) => Err(MapError::Schema(format!(
+                        "the record's schema id {id} is not in the registry ({what})"
+                    ))),
+                    // Replay is a one-off command: an unreachable registry stops it, and every
+                    // letter stays as it was.
+                    Err(e @ RegistryError::Unavailable(_)) => return Err(e.into()),
+                },
+                None => Err(MapError::Schema(format!(
+                    "schema {id} is needed and no [schema_registry] is configured"
+                ))),
+            };
+            encoded = match learnt {
+                Ok(()) => {
+                    rows = mapper.new_rows();
+                    mapper.encode(&view, &mut rows)
+                }
+                Err(e) => Err(EncodeError::Invalid(e)),
+            };
+        }
+        let failure = match encoded {
             // The sink's own kinds, so a replay never relabels a `decode` letter `mapping`.
             Err(EncodeError::Invalid(e)) => Some((ErrorKind::of(&e).as_str(), e.to_string())),
             Err(EncodeError::ShapeChanged) => unreachable!("a fresh batch accepts any column list"),
             Err(EncodeError::NeedSchema(id)) => Some((
                 ErrorKind::Schema.as_str(),
-                format!("schema {id} is needed and no [schema_registry] is configured"),
+                format!("schema {id} is still unknown after it was fetched"),
             )),
             Ok(()) => {
                 let target = DeadLetterTarget {

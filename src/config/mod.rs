@@ -192,6 +192,12 @@ impl Settings {
                     "topic {label}: dead_letter_topic needs on_error = \"dead_letter\""
                 ));
             }
+            let reads_registry = topic.format.registry_encoding().is_some()
+                || topic.encoding.uses_registry()
+                || topic.key_format.uses_registry();
+            if reads_registry && self.schema_registry.is_none() {
+                return invalid(format!("topic {label}: its records carry registry schema ids (format, encoding or key_format); configure [schema_registry] url"));
+            }
             if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
                 return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
             }

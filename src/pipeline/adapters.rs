@@ -16,7 +16,7 @@ use crate::config::TopicSettings;
 use crate::health::Health;
 use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetStore, StoredOffset, TopicPartition};
-use crate::registry::{RegisteredSchema, RegistryError};
+use crate::registry::{RegisteredSchema, RegistryClient, RegistryError};
 use crate::stats::Stats;
 use crate::writer::{Lane, SendError, WriterEvent};
 
@@ -190,6 +190,43 @@ impl Observer for Telemetry {
                 Stats::assigned(owned);
             }
         }
+    }
+}
+
+/// The Schema Registry through its client (whose cache makes every id one request), on the
+/// runtime, bounded by the client's own timeouts and once more on the whole call.
+pub(crate) struct RegistrySchemas {
+    client: Arc<RegistryClient>,
+    runtime: tokio::runtime::Handle,
+    /// Every URL tried once, each within the client's timeout, and some slack.
+    limit: Duration,
+}
+
+impl RegistrySchemas {
+    pub(crate) fn new(
+        client: Arc<RegistryClient>,
+        runtime: tokio::runtime::Handle,
+        limit: Duration,
+    ) -> Self {
+        Self {
+            client,
+            runtime,
+            limit,
+        }
+    }
+}
+
+impl Schemas for RegistrySchemas {
+    fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        let client = self.client.clone();
+        let limit = self.limit;
+        self.runtime
+            .block_on(async move { tokio::time::timeout(limit, client.schema_by_id(id)).await })
+            .unwrap_or_else(|_| {
+                Err(RegistryError::Unavailable(format!(
+                    "the schema registry did not answer within {limit:?}"
+                )))
+            })
     }
 }
 
