@@ -17,6 +17,7 @@ mod metrics;
 mod operations;
 mod out_of_range;
 mod positions;
+mod protobuf;
 mod rebalance;
 mod registry;
 mod rejected;
