@@ -11,9 +11,11 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
+use crate::config::SubjectPart;
 use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
 use crate::kafka::clients;
 use crate::mapping::TopicMapper;
+use crate::registry::{RegistryClient, RegistryError};
 use crate::schema::{Column, ColumnType};
 use crate::{migrate, startup};
 
@@ -92,6 +94,19 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         "  postgres: {}",
         redact_url(settings.postgres.url.expose_secret())
     );
+    let registry = match &settings.schema_registry {
+        Some(r) => {
+            let _ = writeln!(out, "  schema registry: {}", r.summary());
+            match RegistryClient::new(r) {
+                Ok(client) => Some(client),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    None
+                }
+            }
+        }
+        None => None,
+    };
 
     let pool = match startup::connect_pool(settings).await {
         Ok(pool) => {
@@ -168,16 +183,12 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
             (None, None) => Vec::new(),
         };
         for name in names {
-            check_topic(
-                settings,
-                topic,
-                &name,
-                kafka.as_ref(),
-                pool.as_ref(),
-                &mut out,
-                &mut problems,
-            )
-            .await;
+            let reach = Reach {
+                kafka: kafka.as_ref(),
+                pool: pool.as_ref(),
+                registry: registry.as_ref(),
+            };
+            check_topic(settings, topic, &name, &reach, &mut out, &mut problems).await;
         }
     }
 
@@ -239,16 +250,28 @@ fn unstated_unit_warning(topic: &TopicSettings, col: &Column) -> String {
     )
 }
 
+/// The services `check` reached (`None` where it could not), for each topic's checks.
+#[derive(Clone, Copy)]
+struct Reach<'a> {
+    kafka: Option<&'a BaseConsumer<CheckContext>>,
+    pool: Option<&'a sqlx::PgPool>,
+    registry: Option<&'a RegistryClient>,
+}
+
 /// One topic: its partitions in Kafka, its table and the mapping onto it.
 async fn check_topic(
     settings: &Settings,
     topic: &TopicSettings,
     name: &str,
-    kafka: Option<&BaseConsumer<CheckContext>>,
-    pool: Option<&sqlx::PgPool>,
+    reach: &Reach<'_>,
     out: &mut String,
     problems: &mut Vec<String>,
 ) {
+    let Reach {
+        kafka,
+        pool,
+        registry,
+    } = *reach;
     let table_name = crate::routing::table_name(topic, name);
     let _ = writeln!(
         out,
@@ -277,7 +300,7 @@ async fn check_topic(
     }
     let Some(pool) = pool else { return };
     match TopicMapper::load(pool, topic, name).await {
-        Ok(mapper) => {
+        Ok(mut mapper) => {
             let keys = mapper.key_columns();
             if !keys.is_empty() {
                 let _ = writeln!(out, "  upsert key: ({})", keys.join(", "));
@@ -310,7 +333,104 @@ async fn check_topic(
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
             }
+            if let Some(registry) = registry {
+                check_schemas(settings, topic, name, &mut mapper, registry, out, problems).await;
+            }
         }
         Err(e) => problems.push(format!("{e:#}")),
+    }
+}
+
+/// A registry topic's latest key and value schemas: found under the topic's subjects, of the
+/// kind the topic reads, compilable, and (for the value) held against the table: a required
+/// column the schema cannot fill is a problem, a column it leaves empty a warning, a field no
+/// column takes a note (such fields are ignored, as for JSON).
+async fn check_schemas(
+    settings: &Settings,
+    topic: &TopicSettings,
+    name: &str,
+    mapper: &mut TopicMapper,
+    registry: &RegistryClient,
+    out: &mut String,
+    problems: &mut Vec<String>,
+) {
+    let Some(strategy) = settings
+        .schema_registry
+        .as_ref()
+        .map(|r| r.subject_strategy)
+    else {
+        return;
+    };
+    let (value_kind, key_kind) = mapper.registry_kinds();
+    for (part, kind) in [
+        (SubjectPart::Value, value_kind),
+        (SubjectPart::Key, key_kind),
+    ] {
+        if kind.is_none() {
+            continue;
+        }
+        let Some(subject) = strategy.subject(name, part, topic.record_name.as_deref()) else {
+            problems.push(format!(
+                "topic {name:?}: subject_strategy = \"{}\" names subjects by record; set record_name in the topic so check can find its schema",
+                spelled(&strategy)
+            ));
+            continue;
+        };
+        let (id, schema) = match registry.latest(&subject).await {
+            Ok(found) => found,
+            Err(RegistryError::NotFound(_)) => {
+                problems.push(format!(
+                    "topic {name:?}: the registry has no schema under subject {subject:?}"
+                ));
+                continue;
+            }
+            Err(e) => {
+                problems.push(format!("topic {name:?}: {e}"));
+                continue;
+            }
+        };
+        let _ = writeln!(out, "  schema {subject:?}: id {id} ({:?})", schema.kind);
+        if let Err(e) = mapper.learn(id, &schema) {
+            problems.push(format!("topic {name:?}, subject {subject:?}: {e}"));
+            continue;
+        }
+        if part == SubjectPart::Key {
+            continue;
+        }
+        let fields = match mapper.schema_fields(&schema) {
+            Ok(fields) => fields,
+            Err(e) => {
+                problems.push(format!("topic {name:?}, subject {subject:?}: {e}"));
+                continue;
+            }
+        };
+        let columns = mapper.columns_by_field();
+        for (col, field) in &columns {
+            if fields.iter().any(|f| f == field) {
+                continue;
+            }
+            if col.not_null && !col.has_default {
+                problems.push(format!(
+                    "topic {name:?}: column {} is required, but schema {id} ({subject:?}) has no field {field:?}",
+                    col.name
+                ));
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  warning: column {} gets {}: schema {id} has no field {field:?}",
+                    col.name,
+                    if col.has_default {
+                        "its default"
+                    } else {
+                        "NULL"
+                    }
+                );
+            }
+        }
+        for field in &fields {
+            if !columns.iter().any(|(_, f)| f == field) {
+                let _ = writeln!(out, "  field {field:?}: no column takes it (ignored)");
+            }
+        }
     }
 }

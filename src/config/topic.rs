@@ -34,6 +34,10 @@ pub struct TopicSettings {
     /// How record keys are written: `json` (JSON, or plain text) or a registry format.
     #[serde(default)]
     pub key_format: Encoding,
+    /// The full name of the topic's record type, for `check` to find its subject under the
+    /// record-name subject strategies (`com.acme.Order`).
+    #[serde(default)]
+    pub record_name: Option<String>,
     /// `insert` appends; `upsert` inserts or updates by key, the last record per key winning.
     /// Unset means insert, or upsert for `debezium`.
     #[serde(default)]

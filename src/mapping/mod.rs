@@ -14,6 +14,7 @@ mod json_schema;
 mod pointer;
 mod protobuf;
 mod rows;
+mod schema_fields;
 mod source;
 mod transcode;
 
@@ -275,6 +276,33 @@ impl TopicMapper {
             .map_err(|e| MapError::Schema(format!("schema {id} cannot be used: {e}")))?;
         self.decoders.insert(id, decoder);
         Ok(())
+    }
+
+    /// For `check`: the registry formats of the value and the key (`None` for plain JSON).
+    pub fn registry_kinds(&self) -> (Option<SchemaKind>, Option<SchemaKind>) {
+        (
+            schema_kind(self.value_encoding),
+            schema_kind(self.key_encoding),
+        )
+    }
+
+    /// For `check`: the fields a registered value schema gives the row (the `after` record's
+    /// for Debezium).
+    pub fn schema_fields(&self, schema: &RegisteredSchema) -> Result<Vec<String>, String> {
+        schema_fields::row_fields(schema, self.format == RecordFormat::Debezium)
+    }
+
+    /// For `check`: the columns that read the row document, by the top-level field each reads.
+    pub fn columns_by_field(&self) -> Vec<(&Column, &str)> {
+        self.table
+            .columns
+            .iter()
+            .zip(&self.sources)
+            .filter_map(|(col, source)| match source {
+                Source::Doc(path) => path.first().map(|f| (col, f.as_str())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// What to do with a record that cannot be written.

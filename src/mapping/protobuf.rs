@@ -77,6 +77,24 @@ impl ProtobufTranscoder {
     }
 
     /// The message type an index path names, from the cache or by walking the descriptors.
+    /// For `check`: the fields of the first message (what index `[0]` selects), or of its
+    /// `after` message for Debezium change events.
+    pub(crate) fn row_fields(&self, debezium: bool) -> Result<Vec<String>, String> {
+        let mut message = self.message(&[0])?;
+        if debezium {
+            message = match message.get_field_by_name("after").map(|f| f.kind()) {
+                Some(prost_reflect::Kind::Message(after)) => after,
+                _ => {
+                    return Err(format!(
+                        "{} has no `after` message field",
+                        message.full_name()
+                    ))
+                }
+            };
+        }
+        Ok(message.fields().map(|f| f.name().to_string()).collect())
+    }
+
     fn message(&self, path: &[u32]) -> Result<MessageDescriptor, String> {
         // A poisoned lock only means another thread panicked mid-insert of a complete value;
         // the map is still sound.
