@@ -172,13 +172,13 @@ impl AvroTranscoder {
                 Node::Days => write_date(i64::from(*n), out)?,
                 Node::TimeOfDay(unit) => write_time_of_day(i64::from(*n), *unit, out)?,
                 Node::Epoch { unit, zone } => write_timestamp(i64::from(*n), *unit, *zone, out)?,
-                _ => push_display(out, n),
+                _ => push_int(out, i64::from(*n)),
             },
             Value::Long(n) => match node {
                 Node::Days => write_date(*n, out)?,
                 Node::TimeOfDay(unit) => write_time_of_day(*n, *unit, out)?,
                 Node::Epoch { unit, zone } => write_timestamp(*n, *unit, *zone, out)?,
-                _ => push_display(out, n),
+                _ => push_int(out, *n),
             },
             Value::Float(f) => write_float(*f, f64::from(*f), out),
             Value::Double(f) => write_float(*f, *f, out),
@@ -593,13 +593,41 @@ fn inline_refs(
     })
 }
 
-/// Writes `value` with `Display` (infallible into a `String`).
-fn push_display(out: &mut String, value: impl std::fmt::Display) {
-    let _ = write!(out, "{value}");
+/// Appends `n` in decimal, zero-padded to `width` digits: the hot path's numbers, without
+/// the formatting machinery.
+fn push_digits(out: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len().saturating_sub(width));
+    out.extend(buf[start..].iter().map(|&b| char::from(b)));
+}
+
+/// Appends a signed integer.
+fn push_int(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    push_digits(out, n.unsigned_abs(), 1);
 }
 
 /// A JSON string, escaped by serde_json straight into `out`.
 fn write_str(s: &str, out: &mut String) {
+    // Most strings need no escape: copied as they are.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     /// serde_json writes an escaped string in pieces that split it only at ASCII characters
     /// it escapes, so every piece is UTF-8.
     struct Text<'a>(&'a mut String);
@@ -753,11 +781,16 @@ fn write_date(days: i64, out: &mut String) -> Result<(), String> {
 /// `YYYY-MM-DD`, with a sign for years outside 0000–9999 (as chrono writes and reads `%Y`).
 fn write_ymd(date: NaiveDate, out: &mut String) {
     let year = date.year();
-    let _ = if (0..=9999).contains(&year) {
-        write!(out, "{year:04}-{:02}-{:02}", date.month(), date.day())
-    } else {
-        write!(out, "{year:+05}-{:02}-{:02}", date.month(), date.day())
-    };
+    if year < 0 {
+        out.push('-');
+    } else if year > 9999 {
+        out.push('+');
+    }
+    push_digits(out, u64::from(year.unsigned_abs()), 4);
+    out.push('-');
+    push_digits(out, u64::from(date.month()), 2);
+    out.push('-');
+    push_digits(out, u64::from(date.day()), 2);
 }
 
 /// `n` `unit`s since the epoch as a quoted ISO timestamp with every digit of the unit;
@@ -769,15 +802,14 @@ fn write_timestamp(n: i64, unit: Unit, zone: bool, out: &mut String) -> Result<(
         .naive_utc();
     out.push('"');
     write_ymd(t.date(), out);
-    let _ = write!(
-        out,
-        "T{:02}:{:02}:{:02}.{:0width$}",
-        t.hour(),
-        t.minute(),
-        t.second(),
-        n.rem_euclid(per),
-        width = unit.digits()
-    );
+    out.push('T');
+    push_digits(out, u64::from(t.hour()), 2);
+    out.push(':');
+    push_digits(out, u64::from(t.minute()), 2);
+    out.push(':');
+    push_digits(out, u64::from(t.second()), 2);
+    out.push('.');
+    push_digits(out, n.rem_euclid(per).unsigned_abs(), unit.digits());
     out.push_str(if zone { "Z\"" } else { "\"" });
     Ok(())
 }
@@ -794,13 +826,15 @@ fn write_time_of_day(n: i64, unit: Unit, out: &mut String) -> Result<(), String>
         Unit::Micros => (6, fraction),
         Unit::Millis => (6, fraction * 1000),
     };
-    let _ = write!(
-        out,
-        "\"{:02}:{:02}:{:02}.{fraction:0width$}\"",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60
-    );
+    out.push('"');
+    push_digits(out, (seconds / 3600).unsigned_abs(), 2);
+    out.push(':');
+    push_digits(out, (seconds / 60 % 60).unsigned_abs(), 2);
+    out.push(':');
+    push_digits(out, (seconds % 60).unsigned_abs(), 2);
+    out.push('.');
+    push_digits(out, fraction.unsigned_abs(), width);
+    out.push('"');
     Ok(())
 }
 
