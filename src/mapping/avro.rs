@@ -1021,7 +1021,7 @@ mod tests {
     }
 
     #[test]
-    fn maps_hold_every_entry_and_recursive_schemas_still_decode() {
+    fn maps_hold_every_entry() {
         let schema = r#"{"type":"map","values":"long"}"#;
         let entries = (0..5).map(|i| (format!("k{i}"), Value::Long(i))).collect();
         let json = transcode(schema, Value::Map(entries)).unwrap();
