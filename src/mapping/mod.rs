@@ -7,6 +7,7 @@
 //! becomes bytes by the column type (`convert`). This file builds and checks a topic's
 //! mapping; `encode` runs it for each record.
 
+mod avro;
 mod convert;
 mod encode;
 mod envelope;

@@ -4,10 +4,12 @@
 //!
 //! What each format's values become, so the JSON converters take them without a hint:
 //! bytes and fixed → base64 strings; decimals → JSON numbers with their exact digits; dates →
-//! `YYYY-MM-DD`; timestamps → RFC 3339 in UTC (`…Z`, full precision), local timestamps →
-//! the same without a zone; times of day → `HH:MM:SS.ffffff`; UUIDs and enums → strings;
-//! records and maps → objects; arrays → arrays; unions → their branch; NaN and infinities →
-//! the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
+//! `YYYY-MM-DD`; timestamps → RFC 3339 in UTC (`…Z`, every digit of the unit), local
+//! timestamps → the same without a zone; years outside 0000–9999 signed (`+10000-01-01`), as
+//! chrono reads them; times of day → `HH:MM:SS.ffffff` (nine digits for nanoseconds);
+//! durations → `{"months":…,"days":…,"millis":…}`; UUIDs and enums → strings; records and
+//! maps → objects; arrays → arrays; unions → their branch; a string declared to hold JSON →
+//! that JSON; NaN and infinities → the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
 
 use std::sync::Arc;
 
