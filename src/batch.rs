@@ -286,17 +286,14 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     let ord = quote_ident(ORDINAL);
     let keys_list = key_names.join(", ");
     if has_deletes {
-        // A key whose last record in the batch is a delete loses its row; one whose last
-        // record is an upsert keeps it (merged below).
+        // Every key deleted anywhere in the batch loses its row first. A record after the
+        // delete then inserts a fresh row (merged below): a partial record must not inherit
+        // the deleted row's other columns, so the row cannot merely be updated.
         statements.push(format!(
-            "DELETE FROM {target} t USING (SELECT DISTINCT ON ({keys_list}) {keys_list}, {ord} FROM {del} \
-             ORDER BY {keys_list}, {ord} DESC) d WHERE {t_d} \
-             AND NOT EXISTS (SELECT 1 FROM {ups} s WHERE {s_d} AND s.{ord} > d.{ord})",
+            "DELETE FROM {target} t USING (SELECT DISTINCT {keys_list} FROM {del}) d WHERE {t_d}",
             target = table.qualified(),
             del = staging.deletes,
-            ups = staging.upserts,
             t_d = key_match("t", "d"),
-            s_d = key_match("s", "d"),
         ));
     }
     if let Some(columns) = upsert_columns {

@@ -204,3 +204,72 @@ async fn a_partial_upsert_leaves_the_columns_it_does_not_carry_alone() {
     }
     assert!(sink.stop().success());
 }
+
+/// A delete and then a partial record of the same key in one batch: the record makes a new
+/// row, so the columns it does not carry take their defaults (NULL), never the deleted row's
+/// values. Keys deleted for good, and deleted then written whole again, share the batches, and
+/// a batch boundary falls between some deletes and their rewrites.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_record_after_a_delete_in_one_batch_does_not_revive_the_deleted_row() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE revived (id text PRIMARY KEY, a text, b text DEFAULT 'x', c int NOT NULL)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut records = Vec::new();
+    let mut expected: BTreeMap<String, (Option<String>, Option<String>, i32)> = BTreeMap::new();
+    let json = |key: &str, value: Option<String>| RawRecord {
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(String::into_bytes),
+        ..Default::default()
+    };
+    for k in 0..60 {
+        let key = format!("k{k}");
+        records.push(json(
+            &key,
+            Some(format!(r#"{{"a":"A{k}","b":"B{k}","c":{k}}}"#)),
+        ));
+    }
+    // The deletes and what follows them come after every key exists, and the partial records
+    // run together, so a batch starts with a delete and holds the partial record after it.
+    for k in (0..60).filter(|k| k % 3 != 1) {
+        let key = format!("k{k}");
+        records.push(json(&key, None));
+        if k % 3 == 0 {
+            // Deleted, then a partial record: a fresh row.
+            records.push(json(&key, Some(format!(r#"{{"c":{}}}"#, k + 1000))));
+            expected.insert(key, (None, Some("x".into()), k + 1000));
+        }
+        // k % 3 == 2: deleted for good.
+    }
+    for k in (0..60).filter(|k| k % 3 == 1) {
+        // Deleted, then written whole again.
+        let key = format!("k{k}");
+        records.push(json(&key, None));
+        records.push(json(
+            &key,
+            Some(format!(r#"{{"a":"a{k}","b":"b{k}","c":{k}}}"#)),
+        ));
+        expected.insert(key, (Some(format!("a{k}")), Some(format!("b{k}")), k));
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "revived");
+    config.max_records = 50;
+    config.metadata = String::new();
+    config.topic_settings =
+        "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(String, Option<String>, Option<String>, i32)> =
+        sqlx::query_as("SELECT id, a, b, c FROM revived ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let actual: BTreeMap<String, (Option<String>, Option<String>, i32)> = rows
+        .into_iter()
+        .map(|(id, a, b, c)| (id, (a, b, c)))
+        .collect();
+    assert_eq!(actual, expected);
+    assert!(sink.stop().success());
+}
