@@ -5,7 +5,10 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::helpers::db::TestDb;
-use crate::helpers::kafka::{produce_orders, producer, TestTopic};
+use kafka_pg_sink::registry::SchemaKind;
+
+use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
+use crate::helpers::registry::{framed, register, registry_url};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -14,15 +17,91 @@ const KILLS: usize = 10;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
-    kill_9_at_random_moments("insert").await;
+    kill_9_at_random_moments("insert", Encoding::Json).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_at_random_moments_in_upsert_mode_loses_nothing() {
-    kill_9_at_random_moments("upsert").await;
+    kill_9_at_random_moments("upsert", Encoding::Json).await;
 }
 
-async fn kill_9_at_random_moments(mode: &str) {
+/// The same orders in Avro through the real registry: the sink fetches the schema again after
+/// every restart, and the crash guarantees hold as for JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_in_avro_loses_and_duplicates_nothing() {
+    kill_9_at_random_moments("insert", Encoding::Avro).await;
+}
+
+/// How the test's orders are written.
+#[derive(Clone, Copy, PartialEq)]
+enum Encoding {
+    Json,
+    Avro,
+}
+
+/// The orders' Avro schema: the same values `order_json` gives.
+const ORDER_AVRO: &str = r#"{"type":"record","name":"Order","namespace":"kps.test","fields":[
+  {"name":"id","type":"long"},{"name":"customer","type":"string"},
+  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+  {"name":"status","type":"string"},
+  {"name":"created_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+  {"name":"attrs","type":{"type":"record","name":"Attrs","fields":[{"name":"n","type":"long"},{"name":"tags","type":{"type":"array","items":"string"}}]}}]}"#;
+
+/// Orders `0..RECORDS` in Avro, order `id` to partition `id % partitions` (as `produce_orders`).
+async fn produce_avro_orders(topic: &TestTopic) {
+    use apache_avro::types::Value;
+    let id_of_schema = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Avro,
+        ORDER_AVRO,
+    )
+    .await;
+    let schema = apache_avro::Schema::parse_str(ORDER_AVRO).unwrap();
+    let records: Vec<RawRecord> = (0..RECORDS)
+        .map(|id| {
+            let cents = (id % 1000) * 100 + id % 100;
+            let value = Value::Record(vec![
+                ("id".into(), Value::Long(id)),
+                ("customer".into(), Value::String(format!("c-{}", id % 97))),
+                (
+                    "amount".into(),
+                    Value::Decimal(apache_avro::Decimal::from(cents.to_be_bytes().to_vec())),
+                ),
+                (
+                    "status".into(),
+                    Value::String(["new", "paid", "shipped"][(id % 3) as usize].into()),
+                ),
+                (
+                    "created_at".into(),
+                    Value::TimestampMillis(1_700_000_000_000 + id * 1000),
+                ),
+                (
+                    "attrs".into(),
+                    Value::Record(vec![
+                        ("n".into(), Value::Long(id)),
+                        (
+                            "tags".into(),
+                            Value::Array(vec![
+                                Value::String("a".into()),
+                                Value::String("b".into()),
+                            ]),
+                        ),
+                    ]),
+                ),
+            ]);
+            let payload = apache_avro::to_avro_datum(&schema, value).unwrap();
+            RawRecord {
+                partition: (id % topic.partitions as i64) as i32,
+                key: Some(id.to_string().into_bytes()),
+                value: Some(framed(id_of_schema, &payload)),
+                ..Default::default()
+            }
+        })
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+}
+
+async fn kill_9_at_random_moments(mode: &str, encoding: Encoding) {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     if mode == "upsert" {
@@ -33,13 +112,20 @@ async fn kill_9_at_random_moments(mode: &str) {
     }
     install_offset_audit(&db).await;
     let topic = TestTopic::create(4).await;
-    produce_orders(&producer(), &topic, 0, RECORDS).await;
+    match encoding {
+        Encoding::Json => produce_orders(&producer(), &topic, 0, RECORDS).await,
+        Encoding::Avro => produce_avro_orders(&topic).await,
+    }
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
     // Small batches: many transactions, so kills land before, inside and after commits.
     config.max_records = 300;
     config.max_wait_ms = 50;
     config.topic_settings = format!("mode = \"{mode}\"");
+    if encoding == Encoding::Avro {
+        config.topic_settings.push_str("\nformat = \"avro\"");
+        config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    }
     let mut rng = rand::rng();
     let mut killed_mid_drain = 0;
     for round in 0..KILLS {
