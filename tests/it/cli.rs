@@ -965,3 +965,73 @@ async fn check_hides_every_secret_looking_property() {
         );
     }
 }
+
+/// `check` on an Avro topic fetches the subject's latest schema from the real registry and
+/// holds it against the table: a required column the schema cannot fill is a problem (exit
+/// 1), a field no column takes is listed; a matching table passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_holds_a_registry_schema_against_the_table() {
+    use crate::helpers::registry::{register, registry_url};
+    use kafka_pg_sink::registry::SchemaKind;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE items (id bigint PRIMARY KEY, name text, extra int NOT NULL)")
+        .await
+        .unwrap();
+    db.pool
+        .execute("CREATE TABLE items_ok (id bigint PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let schema = r#"{"type":"record","name":"Item","namespace":"kps.test","fields":[
+      {"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"qty","type":"int"}]}"#;
+    let id = register(&format!("{}-value", topic.name), SchemaKind::Avro, schema).await;
+    let registry = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut config = SinkConfig::new(&db.url, &topic.name, "items");
+    config.topic_settings = "format = \"avro\"".into();
+    config.metadata = String::new();
+    config.extra = registry.clone();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!(
+            "column extra is required, but schema {id} (\"{}-value\") has no field \"extra\"",
+            topic.name
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("field \"qty\": no column takes it (ignored)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("id {id} (Avro)")),
+        "{}",
+        out.stdout
+    );
+
+    config.table = "items_ok".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+
+    // No schema under the subject: said, exit 1.
+    let other = TestTopic::create(1).await;
+    let mut missing = SinkConfig::new(&db.url, &other.name, "items_ok");
+    missing.topic_settings = "format = \"avro\"".into();
+    missing.metadata = String::new();
+    missing.extra = registry;
+    let file = ConfigFile::new(&missing.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success());
+    assert!(
+        out.stdout
+            .contains("the registry has no schema under subject"),
+        "{}",
+        out.stdout
+    );
+}

@@ -164,5 +164,8 @@ async fn kill_9_at_random_moments(mode: &str, encoding: Encoding) {
     wait_assigned(&last).await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(240)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, RECORDS).await;
+    // Every column of every row is the order it names, whatever the encoding.
+    let copies = orders_as_produced(&db, "orders", topic.partitions as i64).await;
+    assert_eq!(copies.len() as i64, RECORDS);
     assert!(last.stop().success());
 }
