@@ -480,6 +480,40 @@ mod tests {
         assert!(err.to_string().contains("enable.auto.commit"), "{err}");
     }
 
+    /// Registry formats (value, Debezium encoding or key) need `[schema_registry]`; `encoding`
+    /// belongs to Debezium only; with the section they load.
+    #[test]
+    fn registry_formats_need_a_schema_registry() {
+        for extra in [
+            "format = \"avro\"",
+            "format = \"protobuf\"",
+            "format = \"json-schema\"",
+            "format = \"debezium\"\nencoding = \"avro\"",
+            "key_format = \"avro\"",
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("[schema_registry]"),
+                "{extra}: {err}"
+            );
+            let file = write(&format!(
+                "{MINIMAL}{extra}\n[schema_registry]\nurl = \"http://r:8081\"\n"
+            ));
+            let loaded = Settings::load(Some(file.path()), &Overrides::default());
+            assert!(loaded.is_ok(), "{extra}: {:?}", loaded.err());
+        }
+        let file = write(&format!(
+            "{MINIMAL}encoding = \"avro\"\n[schema_registry]\nurl = \"http://r:8081\"\n"
+        ));
+        let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("encoding applies to format = \"debezium\""),
+            "{err}"
+        );
+    }
+
     /// Each property the sink manages itself is refused by name, not silently overridden.
     #[test]
     fn every_managed_kafka_property_is_refused() {

@@ -1,0 +1,267 @@
+//! The writers of the hot path: numbers, decimals, dates, times and strings straight into
+//! the JSON text, without the formatting machinery.
+
+use std::fmt::Write as _;
+use std::io;
+
+use apache_avro::types::Value;
+use chrono::{DateTime, Datelike, NaiveDate, Timelike};
+
+use super::{Unit, MAX_DECIMAL_BYTES, MAX_DECIMAL_SCALE};
+
+/// Appends `n` in decimal, zero-padded to `width` digits: the hot path's numbers, without
+/// the formatting machinery.
+pub(super) fn push_digits(out: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len().saturating_sub(width));
+    out.extend(buf[start..].iter().map(|&b| char::from(b)));
+}
+
+/// Appends a signed integer.
+pub(super) fn push_int(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    push_digits(out, n.unsigned_abs(), 1);
+}
+
+/// A JSON string, escaped by serde_json straight into `out`.
+pub(super) fn write_str(s: &str, out: &mut String) {
+    // Most strings need no escape: copied as they are.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    /// serde_json writes an escaped string in pieces that split it only at ASCII characters
+    /// it escapes, so every piece is UTF-8.
+    struct Text<'a>(&'a mut String);
+    impl io::Write for Text<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let piece = std::str::from_utf8(buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            self.0.push_str(piece);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    // Writing a `str` into a `String` cannot fail.
+    let _ = serde_json::to_writer(Text(out), s);
+}
+
+/// A float as the shortest text that reads back to it; whole numbers without a fraction, so
+/// they also fit integer columns; NaN and the infinities as the strings the converters take.
+pub(super) fn write_float<F: std::fmt::Display + std::fmt::Debug>(
+    f: F,
+    wide: f64,
+    out: &mut String,
+) {
+    if wide.is_nan() {
+        out.push_str("\"NaN\"");
+    } else if wide.is_infinite() {
+        out.push_str(if wide > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        });
+    } else if wide.fract() == 0.0 && wide.abs() < 1e15 {
+        let _ = write!(out, "{f}");
+    } else {
+        // Debug switches to an exponent for very large and small values (JSON allows it);
+        // Display would spell out hundreds of digits.
+        let _ = write!(out, "{f:?}");
+    }
+}
+
+/// A big-endian two's-complement unscaled integer with `scale`, as an exact JSON number.
+pub(super) fn write_decimal(bytes: &[u8], scale: i64, out: &mut String) -> Result<(), String> {
+    if bytes.len() > MAX_DECIMAL_BYTES {
+        return Err(format!(
+            "a decimal of {} bytes is too long (at most {MAX_DECIMAL_BYTES})",
+            bytes.len()
+        ));
+    }
+    if scale.abs() > MAX_DECIMAL_SCALE {
+        return Err(format!(
+            "decimal scale {scale} is out of range (-{MAX_DECIMAL_SCALE} to {MAX_DECIMAL_SCALE})"
+        ));
+    }
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let digits = if bytes.len() <= 16 {
+        let fill = if negative { 0xff } else { 0 };
+        let mut wide = [fill; 16];
+        wide[16 - bytes.len()..].copy_from_slice(bytes);
+        i128::from_be_bytes(wide).unsigned_abs().to_string()
+    } else {
+        long_division_digits(bytes, negative)
+    };
+    if negative {
+        out.push('-');
+    }
+    if scale <= 0 {
+        out.push_str(&digits);
+        if digits != "0" {
+            out.extend(std::iter::repeat_n('0', scale.unsigned_abs() as usize));
+        }
+        return Ok(());
+    }
+    let scale = scale as usize;
+    if digits.len() <= scale {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', scale - digits.len()));
+        out.push_str(&digits);
+    } else {
+        let point = digits.len() - scale;
+        out.push_str(&digits[..point]);
+        out.push('.');
+        out.push_str(&digits[point..]);
+    }
+    Ok(())
+}
+
+/// The decimal digits of the magnitude of a two's-complement integer wider than `i128`.
+pub(super) fn long_division_digits(bytes: &[u8], negative: bool) -> String {
+    let mut magnitude: Vec<u8> = if negative {
+        bytes.iter().map(|b| !b).collect()
+    } else {
+        bytes.to_vec()
+    };
+    if negative {
+        for b in magnitude.iter_mut().rev() {
+            let (v, carry) = b.overflowing_add(1);
+            *b = v;
+            if !carry {
+                break;
+            }
+        }
+    }
+    let mut digits = Vec::new();
+    while magnitude.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in magnitude.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(char::from(b'0' + rem as u8));
+    }
+    if digits.is_empty() {
+        digits.push('0');
+    }
+    digits.iter().rev().collect()
+}
+
+/// Debezium's `{scale, value}` record as an exact number.
+pub(super) fn write_variable_decimal(
+    fields: &[(String, Value)],
+    out: &mut String,
+) -> Result<(), String> {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| match v {
+                Value::Union(_, inner) => inner.as_ref(),
+                v => v,
+            })
+    };
+    let scale = match field("scale") {
+        Some(Value::Int(s)) => i64::from(*s),
+        _ => return Err("a VariableScaleDecimal without an int scale".into()),
+    };
+    match field("value") {
+        Some(Value::Bytes(b)) => write_decimal(b, scale, out),
+        _ => Err("a VariableScaleDecimal without a bytes value".into()),
+    }
+}
+
+/// `"YYYY-MM-DD"` of `days` since 1970-01-01.
+pub(super) fn write_date(days: i64, out: &mut String) -> Result<(), String> {
+    let date = i32::try_from(days)
+        .ok()
+        .and_then(|d| d.checked_add(719_163))
+        .and_then(NaiveDate::from_num_days_from_ce_opt)
+        .ok_or_else(|| format!("date {days} (days since 1970) is out of range"))?;
+    out.push('"');
+    write_ymd(date, out);
+    out.push('"');
+    Ok(())
+}
+
+/// `YYYY-MM-DD`, with a sign for years outside 0000–9999 (as chrono writes and reads `%Y`).
+pub(super) fn write_ymd(date: NaiveDate, out: &mut String) {
+    let year = date.year();
+    if year < 0 {
+        out.push('-');
+    } else if year > 9999 {
+        out.push('+');
+    }
+    push_digits(out, u64::from(year.unsigned_abs()), 4);
+    out.push('-');
+    push_digits(out, u64::from(date.month()), 2);
+    out.push('-');
+    push_digits(out, u64::from(date.day()), 2);
+}
+
+/// `n` `unit`s since the epoch as a quoted ISO timestamp with every digit of the unit;
+/// `zone` adds `Z`.
+pub(super) fn write_timestamp(
+    n: i64,
+    unit: Unit,
+    zone: bool,
+    out: &mut String,
+) -> Result<(), String> {
+    let per = unit.per_second();
+    let t = DateTime::from_timestamp(n.div_euclid(per), 0)
+        .ok_or_else(|| format!("timestamp {n} is out of range"))?
+        .naive_utc();
+    out.push('"');
+    write_ymd(t.date(), out);
+    out.push('T');
+    push_digits(out, u64::from(t.hour()), 2);
+    out.push(':');
+    push_digits(out, u64::from(t.minute()), 2);
+    out.push(':');
+    push_digits(out, u64::from(t.second()), 2);
+    out.push('.');
+    push_digits(out, n.rem_euclid(per).unsigned_abs(), unit.digits());
+    out.push_str(if zone { "Z\"" } else { "\"" });
+    Ok(())
+}
+
+/// `n` `unit`s since midnight as a quoted `HH:MM:SS.ffffff` (nine digits for nanoseconds).
+pub(super) fn write_time_of_day(n: i64, unit: Unit, out: &mut String) -> Result<(), String> {
+    let per = unit.per_second();
+    if !(0..=86_400 * per).contains(&n) {
+        return Err(format!("time of day {n} is not between 00:00 and 24:00"));
+    }
+    let (seconds, fraction) = (n / per, n % per);
+    let (width, fraction) = match unit {
+        Unit::Nanos => (9, fraction),
+        Unit::Micros => (6, fraction),
+        Unit::Millis => (6, fraction * 1000),
+    };
+    out.push('"');
+    push_digits(out, (seconds / 3600).unsigned_abs(), 2);
+    out.push(':');
+    push_digits(out, (seconds / 60 % 60).unsigned_abs(), 2);
+    out.push(':');
+    push_digits(out, (seconds % 60).unsigned_abs(), 2);
+    out.push('.');
+    push_digits(out, fraction.unsigned_abs(), width);
+    out.push('"');
+    Ok(())
+}
