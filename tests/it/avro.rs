@@ -177,30 +177,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every column as PostgreSQL prints it, timestamps in UTC, rows by id.
-async fn rows_as_text(db: &TestDb, table: &str, columns: &[&str]) -> Vec<Vec<Option<String>>> {
-    let list = columns
-        .iter()
-        .map(|c| format!("{c}::text"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut conn = db.pool.acquire().await.unwrap();
-    conn.execute("SET TIME ZONE 'UTC'").await.unwrap();
-    let rows: Vec<sqlx::postgres::PgRow> =
-        sqlx::query(&format!("SELECT {list} FROM {table} ORDER BY {table}.id"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
-    use sqlx::Row;
-    rows.iter()
-        .map(|r| {
-            (0..columns.len())
-                .map(|i| r.get::<Option<String>, _>(i))
-                .collect()
-        })
-        .collect()
-}
-
 const EVERY_COLUMNS: &[&str] = &[
     "id",
     "small",
@@ -262,7 +238,7 @@ async fn avro_records_with_every_logical_type_land_exactly() {
     config.extra = registry_section(&registry_url());
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
-    assert_eq!(rows_as_text(&db, "every", EVERY_COLUMNS).await, expected);
+    assert_eq!(db.rows_as_text("every", EVERY_COLUMNS).await, expected);
     assert!(sink.stop().success());
     let logs = sink.logs();
     assert!(!logs.contains("dead-lettered"), "{}", sink.logs_tail(20));
@@ -279,6 +255,27 @@ const V2: &str = r#"{"type":"record","name":"Item","namespace":"kps.test","field
 const V3: &str = r#"{"type":"record","name":"Item","namespace":"kps.test","fields":[
   {"name":"id","type":"long"},{"name":"qty","type":"long"},
   {"name":"note","type":["null","string"],"default":null}]}"#;
+
+/// Item `i` in schema V1 (`name` = `n<i>`, `qty` = `i`), framed with the schema's id.
+fn item_v1(schema: &Schema, id: u32, i: i64) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(i)),
+        ("name".into(), Value::String(format!("n{i}"))),
+        ("qty".into(), Value::Int(i as i32)),
+    ]);
+    framed(id, &avro(schema, value))
+}
+
+/// Item `i` in schema V2, without a note.
+fn item_v2(schema: &Schema, id: u32, i: i64) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(i)),
+        ("name".into(), Value::String(format!("n{i}"))),
+        ("qty".into(), Value::Long(i)),
+        ("note".into(), Value::Union(0, Box::new(Value::Null))),
+    ]);
+    framed(id, &avro(schema, value))
+}
 
 /// Avro keys with upsert and tombstones, and the value schema evolving mid-stream (a field
 /// added, a field removed, a type widened): each new id is just another decoder, fields are
@@ -553,7 +550,7 @@ async fn debezium_change_events_in_avro_reproduce_the_source_table() {
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     let columns = ["id", "name", "price", "born", "updated", "doc", "uid"];
     let expected: Vec<Vec<Option<String>>> = state.into_values().collect();
-    assert_eq!(rows_as_text(&db, "products", &columns).await, expected);
+    assert_eq!(db.rows_as_text("products", &columns).await, expected);
     assert!(sink.stop().success());
 }
 
@@ -571,26 +568,13 @@ async fn unknown_schema_ids_and_corrupt_payloads_become_dead_letters() {
     let topic = TestTopic::create(1).await;
     let id = register(&format!("{}-value", topic.name), SchemaKind::Avro, V1).await;
     let schema = Schema::parse_str(V1).unwrap();
-    let good = |i: i64| {
-        framed(
-            id,
-            &avro(
-                &schema,
-                Value::Record(vec![
-                    ("id".into(), Value::Long(i)),
-                    ("name".into(), Value::String(format!("n{i}"))),
-                    ("qty".into(), Value::Int(i as i32)),
-                ]),
-            ),
-        )
-    };
     let mut values = Vec::new();
     for i in 0..40i64 {
         values.push(match i {
             7 => framed(999_999, &[2, 0]),                   // no such id
             13 => framed(id, &[0xff, 0xff, 0xff]),           // truncated varints
             21 => br#"{"id": 21, "name": "json"}"#.to_vec(), // no header
-            _ => good(i),
+            _ => item_v1(&schema, id, i),
         });
     }
     let records: Vec<RawRecord> = values
@@ -653,30 +637,9 @@ async fn a_registry_outage_delays_records_and_loses_none_with_basic_auth() {
     let record = |i: i64, v2_record: bool| RawRecord {
         partition: (i % 2) as i32,
         value: Some(if v2_record {
-            framed(
-                v2,
-                &avro(
-                    &s2,
-                    Value::Record(vec![
-                        ("id".into(), Value::Long(i)),
-                        ("name".into(), Value::String(format!("n{i}"))),
-                        ("qty".into(), Value::Long(i)),
-                        ("note".into(), Value::Union(0, Box::new(Value::Null))),
-                    ]),
-                ),
-            )
+            item_v2(&s2, v2, i)
         } else {
-            framed(
-                v1,
-                &avro(
-                    &s1,
-                    Value::Record(vec![
-                        ("id".into(), Value::Long(i)),
-                        ("name".into(), Value::String(format!("n{i}"))),
-                        ("qty".into(), Value::Int(i as i32)),
-                    ]),
-                ),
-            )
+            item_v1(&s1, v1, i)
         }),
         ..Default::default()
     };

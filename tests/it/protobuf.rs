@@ -161,26 +161,7 @@ async fn protobuf_records_land_with_every_field_kind() {
         "id", "small", "big", "flag", "ratio", "name", "blob", "status", "note", "tags", "attrs",
         "line", "maybe",
     ];
-    let list = columns
-        .iter()
-        .map(|c| format!("{c}::text"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut conn = db.pool.acquire().await.unwrap();
-    conn.execute("SET TIME ZONE 'UTC'").await.unwrap();
-    use sqlx::Row;
-    let rows: Vec<Vec<Option<String>>> =
-        sqlx::query(&format!("SELECT {list} FROM orders ORDER BY orders.id"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (0..columns.len())
-                    .map(|i| r.get::<Option<String>, _>(i))
-                    .collect()
-            })
-            .collect();
+    let rows = db.rows_as_text("orders", &columns).await;
     assert_eq!(rows, expected);
     assert!(sink.stop().success());
 }
