@@ -514,6 +514,19 @@ mod tests {
         );
     }
 
+    /// README's complete Debezium + Avro example loads as written.
+    #[test]
+    fn the_debezium_avro_example_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/debezium-avro.toml");
+        let s = Settings::load(Some(&path), &Overrides::default()).expect("the example loads");
+        let t = &s.topics[0];
+        assert_eq!(
+            (t.format, t.encoding, t.key_format),
+            (RecordFormat::Debezium, Encoding::Avro, Encoding::Avro)
+        );
+        assert!(s.schema_registry.is_some());
+    }
+
     /// Each property the sink manages itself is refused by name, not silently overridden.
     #[test]
     fn every_managed_kafka_property_is_refused() {

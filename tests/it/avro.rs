@@ -50,7 +50,7 @@ const EVERY_TABLE: &str = "CREATE TABLE every (
     id bigint PRIMARY KEY, small int NOT NULL, flag boolean NOT NULL, ratio float8 NOT NULL,
     name text NOT NULL, price numeric(12,4) NOT NULL, fixed_price numeric(18,2) NOT NULL,
     born date NOT NULL, at_ms timestamptz NOT NULL, at_us timestamptz NOT NULL,
-    local_us timestamp NOT NULL, uid uuid NOT NULL, blob bytea NOT NULL, kind text NOT NULL,
+    local_us timestamp NOT NULL, uid uuid NOT NULL, blob bytea NOT NULL, kind kind_t NOT NULL,
     tags jsonb NOT NULL, attrs jsonb NOT NULL, nested jsonb NOT NULL, maybe text)";
 
 /// A big-endian two's-complement unscaled integer, `len` bytes (sign-extended), as Avro's
@@ -209,6 +209,11 @@ fn registry_section(url: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_records_with_every_logical_type_land_exactly() {
     let db = TestDb::migrated().await;
+    // An Avro enum lands in a PostgreSQL enum (by its symbol) as well as in text.
+    db.pool
+        .execute("CREATE TYPE kind_t AS ENUM ('A', 'B', 'C')")
+        .await
+        .unwrap();
     db.pool.execute(EVERY_TABLE).await.unwrap();
     let topic = TestTopic::create(3).await;
     let id = register(

@@ -22,13 +22,14 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/dev-services.
 
 const HOW_TO: &str = "this test needs a real Schema Registry: SCHEMA_REGISTRY_URL is not set. Either
   - run `scripts/dev-services.sh up` (or `up registry`) and `eval \"$(scripts/dev-services.sh env)\"` (no Docker needed: Java 17 and Maven), or
-  - set SCHEMA_REGISTRY_URL to the Confluent API root of your own registry (for Apicurio …/apis/ccompat/v7)";
+  - set SCHEMA_REGISTRY_URL to the Confluent API root of your own registry (for Apicurio …/apis/ccompat/v7), or
+  - start a Docker engine, and testcontainers will run Apicurio Registry 2.4.2";
 
-/// The shared registry's API root, from `SCHEMA_REGISTRY_URL`.
+/// The shared registry's API root: `SCHEMA_REGISTRY_URL`, or one testcontainers started where
+/// a Docker engine answers.
 pub fn registry_url() -> String {
-    std::env::var("SCHEMA_REGISTRY_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
+    super::services::registry()
+        .map(str::to_string)
         .unwrap_or_else(|| panic!("{HOW_TO}"))
 }
 

@@ -41,7 +41,7 @@ pub fn services() -> &'static Services {
     })
 }
 
-fn docker_reachable() -> bool {
+pub(crate) fn docker_reachable() -> bool {
     if std::env::var_os("DOCKER_HOST").is_some() {
         return true;
     }
@@ -87,4 +87,41 @@ fn start_containers(kafka: Option<String>, db: Option<String>) -> Services {
         admin_url,
         containers: Some(Box::new(keep)),
     }
+}
+
+/// The Schema Registry's API root for tests that need one: `SCHEMA_REGISTRY_URL`, else (where
+/// a Docker engine answers) Apicurio Registry 2.4.2 in memory started by testcontainers, the
+/// same release `scripts/dev-services.sh` assembles; else `None` (the caller says how to get
+/// one).
+pub fn registry() -> Option<&'static str> {
+    static REGISTRY: OnceLock<Option<(String, Option<Box<dyn std::any::Any + Send + Sync>>)>> =
+        OnceLock::new();
+    REGISTRY
+        .get_or_init(|| {
+            if let Some(url) = std::env::var("SCHEMA_REGISTRY_URL")
+                .ok()
+                .filter(|s| !s.is_empty())
+            {
+                return Some((url, None));
+            }
+            if !docker_reachable() {
+                return None;
+            }
+            use testcontainers_modules::testcontainers::core::{IntoContainerPort, WaitFor};
+            use testcontainers_modules::testcontainers::runners::SyncRunner;
+            use testcontainers_modules::testcontainers::GenericImage;
+            let node = GenericImage::new("apicurio/apicurio-registry-mem", "2.4.2.Final")
+                .with_exposed_port(8080.tcp())
+                .with_wait_for(WaitFor::message_on_stdout("Installed features"))
+                .start()
+                .unwrap_or_else(|e| panic!("testcontainers could not start the registry: {e}"));
+            let port = node.get_host_port_ipv4(8080).expect("registry port");
+            let url = format!("http://127.0.0.1:{port}/apis/ccompat/v7");
+            Some((
+                url,
+                Some(Box::new(node) as Box<dyn std::any::Any + Send + Sync>),
+            ))
+        })
+        .as_ref()
+        .map(|(url, _)| url.as_str())
 }
