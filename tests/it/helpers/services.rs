@@ -94,8 +94,9 @@ fn start_containers(kafka: Option<String>, db: Option<String>) -> Services {
 /// same release `scripts/dev-services.sh` assembles; else `None` (the caller says how to get
 /// one).
 pub fn registry() -> Option<&'static str> {
-    static REGISTRY: OnceLock<Option<(String, Option<Box<dyn std::any::Any + Send + Sync>>)>> =
-        OnceLock::new();
+    /// The URL, and the container that serves it when testcontainers started one.
+    type Found = Option<(String, Option<Box<dyn std::any::Any + Send + Sync>>)>;
+    static REGISTRY: OnceLock<Found> = OnceLock::new();
     REGISTRY
         .get_or_init(|| {
             if let Some(url) = std::env::var("SCHEMA_REGISTRY_URL")
