@@ -3,8 +3,10 @@
 #   scripts/bench.sh                                        # 1,000,000 records, a few minutes
 #   scripts/bench.sh --records 20000 --trickle-secs 2 --json bench.json
 #   scripts/bench.sh --only copy,insert --writers 4        # a subset of the scenarios
+#   scripts/bench.sh --only copy,insert,avro,protobuf      # the registry formats against JSON
 # BENCH_PROFILE=dev uses the debug build (CI's smoke run: it must finish, numbers mean nothing).
-# Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL: eval "$(scripts/dev-services.sh env)"
+# Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL, and for avro and protobuf (in the default
+# set) SCHEMA_REGISTRY_URL: eval "$(scripts/dev-services.sh env)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo bench --locked --profile "${BENCH_PROFILE:-bench}" --bench throughput -- "$@"

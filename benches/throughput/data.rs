@@ -24,25 +24,71 @@ CREATE TABLE bench_trickle (
 const STATUSES: [&str; 4] = ["new", "paid", "shipped", "delivered"];
 const CHANNELS: [&str; 3] = ["web", "app", "store"];
 
+/// Order `i` as values, so every encoding (JSON, Avro, Protobuf) writes the same row.
+pub struct Order {
+    pub id: String,
+    pub customer: String,
+    /// The amount in cents: `numeric(12,2)` exactly, whatever the encoding.
+    pub cents: u64,
+    pub currency: &'static str,
+    pub status: &'static str,
+    /// Milliseconds since the epoch (the JSON's `created_at`, to the millisecond).
+    pub created_ms: i64,
+    pub channel: &'static str,
+    pub items: u64,
+    /// `attrs.tags`. (`attrs.coupon` is always null: no field needed.)
+    pub tags: [&'static str; 2],
+}
+
+impl Order {
+    /// Order `i`; deterministic, so every scenario sees the same rows.
+    pub fn new(i: u64) -> Self {
+        let secs = 1_700_000_000 + i % 10_000_000;
+        Self {
+            id: key(i),
+            customer: format!("customer-{:06}", i % 100_000),
+            cents: (i % 100_000) * 100 + i % 100,
+            currency: "EUR",
+            status: STATUSES[(i % 4) as usize],
+            created_ms: secs as i64 * 1000 + (i % 1000) as i64,
+            channel: CHANNELS[(i % 3) as usize],
+            items: 1 + i % 9,
+            tags: ["a", "b"],
+        }
+    }
+
+    /// The amount as its decimal text, `"12345.67"`.
+    pub fn amount(&self) -> String {
+        format!("{}.{:02}", self.cents / 100, self.cents % 100)
+    }
+
+    /// `created_at` as RFC 3339 in UTC with milliseconds, `"2023-11-14T22:13:20.000Z"`.
+    pub fn created_at(&self) -> String {
+        chrono::DateTime::from_timestamp_millis(self.created_ms)
+            .expect("valid time")
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+            .to_string()
+    }
+}
+
 /// Order `i` as JSON; deterministic, so every scenario sees the same rows.
 pub fn order(i: u64) -> String {
-    let secs = 1_700_000_000 + i % 10_000_000;
-    let t = chrono::DateTime::from_timestamp(secs as i64, ((i % 1000) * 1_000_000) as u32)
-        .expect("valid time")
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ");
+    let o = Order::new(i);
     format!(
         concat!(
-            r#"{{"id":"o-{:010}","customer":"customer-{:06}","amount":"{}.{:02}","currency":"EUR","#,
-            r#""status":"{}","created_at":"{}","attrs":{{"channel":"{}","items":{},"coupon":null,"tags":["a","b"]}}}}"#
+            r#"{{"id":"{}","customer":"{}","amount":"{}","currency":"{}","#,
+            r#""status":"{}","created_at":"{}","attrs":{{"channel":"{}","items":{},"coupon":null,"tags":["{}","{}"]}}}}"#
         ),
-        i,
-        i % 100_000,
-        i % 100_000,
-        i % 100,
-        STATUSES[(i % 4) as usize],
-        t,
-        CHANNELS[(i % 3) as usize],
-        1 + i % 9,
+        o.id,
+        o.customer,
+        o.amount(),
+        o.currency,
+        o.status,
+        o.created_at(),
+        o.channel,
+        o.items,
+        o.tags[0],
+        o.tags[1],
     )
 }
 

@@ -5,7 +5,9 @@
 //! from `scripts/dev-services.sh`. It prints a table and can write JSON; it asserts no timing.
 
 mod data;
+mod formats;
 mod proc;
+mod registry;
 mod scenarios;
 mod setup;
 
@@ -15,7 +17,8 @@ use clap::Parser;
 use kafka_pg_sink::config::WriteMode;
 use serde::Serialize;
 
-use scenarios::{Measurement, SinkRun, Trickle};
+use formats::{Encoder, Format};
+use scenarios::{Measurement, RegistryFormat, SinkRun, Trickle};
 
 /// Measures the sink against binary COPY and against one transaction per record.
 #[derive(Debug, Parser)]
@@ -36,11 +39,12 @@ struct Args {
     trickle_secs: u64,
     #[arg(long, default_value_t = 1000)]
     trickle_rate: u64,
-    /// Scenarios to run, comma-separated: copy, insert, upsert, naive, strategies, trickle.
+    /// Scenarios to run, comma-separated: copy, insert, avro, protobuf, upsert, naive,
+    /// strategies, trickle. avro and protobuf need SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,upsert,naive,strategies,trickle"
+        default_value = "copy,insert,avro,protobuf,upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
     /// Extra `[batch]` settings for the sink, as TOML lines (e.g. "max_records = 20000").
@@ -65,6 +69,8 @@ struct Report {
     partitions: i32,
     writers: usize,
     produce_seconds: f64,
+    /// Each encoding's payload bytes for all the records (what its MB/s counts).
+    payload_bytes: Vec<(String, u64)>,
     results: Vec<Measurement>,
     ratios: Vec<(String, f64)>,
     trickle: Option<TrickleReport>,
@@ -141,15 +147,45 @@ async fn main() -> anyhow::Result<()> {
     let naive_n = args.naive_records.unwrap_or((n / 50).max(1000)).min(n);
     let say = |m: &str| eprintln!("bench: {m}");
 
+    let wants = |name: &str| args.only.iter().any(|o| o == name);
+    let formats: Vec<Format> = [Format::Avro, Format::Protobuf]
+        .into_iter()
+        .filter(|f| wants(f.setting()))
+        .collect();
+    // Before anything runs: a missing registry is found in a second, not after the COPY.
+    let registry_url = if formats.is_empty() {
+        None
+    } else {
+        Some(env.registry()?.to_string())
+    };
+
     say("fresh database and topic");
     let (url, pool) = setup::fresh_database(&env, "kps_bench").await?;
     let topic = "kps-bench";
     setup::fresh_topic(&env, topic, args.partitions).await?;
     say(&format!("producing {n} records"));
-    let produce = setup::produce(&env, topic, n, args.partitions).await?;
-    let payload = scenarios::payload_bytes(n);
+    let (produce, payload) = setup::produce(&env, topic, n, args.partitions, |i| {
+        Ok(data::order(i).into_bytes())
+    })
+    .await?;
+    let mut payloads = vec![("json".to_string(), payload)];
+    // The same orders in each registry format, each in a topic of its own, produced before
+    // any scenario is timed.
+    let mut encoded = Vec::new();
+    for format in &formats {
+        let name = format.setting();
+        let topic = format!("kps-bench-{name}");
+        let base = registry_url.as_deref().unwrap_or_default();
+        let id = registry::register(base, &format!("{topic}-value"), *format).await?;
+        say(&format!("producing {n} {name} records (schema id {id})"));
+        let encoder = Encoder::new(*format, id)?;
+        setup::fresh_topic(&env, &topic, args.partitions).await?;
+        let (_, bytes) =
+            setup::produce(&env, &topic, n, args.partitions, |i| encoder.encode(i)).await?;
+        payloads.push((name.to_string(), bytes));
+        encoded.push((*format, topic, bytes));
+    }
 
-    let wants = |name: &str| args.only.iter().any(|o| o == name);
     let batch = if args.batch.is_empty() {
         String::new()
     } else {
@@ -171,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
         mode,
         writers: args.writers,
         extra: &batch,
+        registry: None,
     };
     let mut insert = None;
     if wants("insert") {
@@ -185,6 +222,36 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?,
         );
+    }
+    let mut by_format = Vec::new();
+    for (format, format_topic, bytes) in &encoded {
+        let name = format.setting();
+        say(&format!("sink, {name}, insert mode"));
+        let measured = scenarios::sink(
+            &SinkRun {
+                name: match format {
+                    Format::Avro => "sink avro (insert)",
+                    Format::Protobuf => "sink protobuf (insert)",
+                },
+                topic: format_topic,
+                group: match format {
+                    Format::Avro => "bench-avro",
+                    Format::Protobuf => "bench-protobuf",
+                },
+                registry: Some(RegistryFormat {
+                    format: *format,
+                    url: registry_url.as_deref().unwrap_or_default(),
+                    schema_ids: 1,
+                }),
+                ..run("", "", WriteMode::Insert)
+            },
+            &pool,
+            n,
+            *bytes,
+            true,
+        )
+        .await?;
+        by_format.push((name, measured));
     }
     let mut upsert = None;
     if wants("upsert") {
@@ -249,13 +316,26 @@ async fn main() -> anyhow::Result<()> {
             ratios.push(("sink insert (steady) / COPY".to_string(), steady / c));
         }
     }
+    for (name, m) in &by_format {
+        if let Some(c) = rate(&ceiling) {
+            ratios.push((format!("sink {name} / COPY"), m.rows_per_sec / c));
+            if let Some(steady) = m.steady_rows_per_sec {
+                ratios.push((format!("sink {name} (steady) / COPY"), steady / c));
+            }
+        }
+        if let Some(i) = rate(&insert) {
+            ratios.push((format!("sink {name} / sink insert"), m.rows_per_sec / i));
+        }
+    }
     if let (Some(c), Some(u)) = (rate(&ceiling), rate(&upsert)) {
         ratios.push(("sink upsert / COPY".to_string(), u / c));
     }
     if let (Some(i), Some(nv)) = (rate(&insert), rate(&naive)) {
         ratios.push(("sink insert / naive".to_string(), i / nv));
     }
-    let mut ordered: Vec<Measurement> = [ceiling, insert, upsert].into_iter().flatten().collect();
+    let mut ordered: Vec<Measurement> = [ceiling, insert].into_iter().flatten().collect();
+    ordered.extend(by_format.into_iter().map(|(_, m)| m));
+    ordered.extend(upsert);
     ordered.append(&mut results);
     ordered.extend(naive);
     let results = ordered;
@@ -265,6 +345,7 @@ async fn main() -> anyhow::Result<()> {
         partitions: args.partitions,
         writers: args.writers,
         produce_seconds: produce.as_secs_f64(),
+        payload_bytes: payloads,
         results,
         ratios,
         trickle: trickle.map(Into::into),
@@ -283,16 +364,37 @@ fn print_report(r: &Report) {
         r.records, 200, r.partitions, r.writers
     );
     println!("machine: {}", r.machine);
-    println!("(producing the backlog took {:.1} s)\n", r.produce_seconds);
     println!(
-        "{:<34} {:>9} {:>8} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8}",
-        "scenario", "rows", "seconds", "rows/s", "MB/s", "p50 ms", "p99 ms", "RSS MiB", "CPU s"
+        "(producing the JSON backlog took {:.1} s)",
+        r.produce_seconds
+    );
+    let sizes: Vec<String> = r
+        .payload_bytes
+        .iter()
+        .map(|(name, bytes)| format!("{name} {:.0}", *bytes as f64 / r.records.max(1) as f64))
+        .collect();
+    println!(
+        "payload bytes per record (MB/s counts each scenario's own): {}\n",
+        sizes.join(", ")
+    );
+    println!(
+        "{:<34} {:>9} {:>8} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "scenario",
+        "rows",
+        "seconds",
+        "rows/s",
+        "MB/s",
+        "p50 ms",
+        "p99 ms",
+        "RSS MiB",
+        "CPU s",
+        "registry"
     );
     let opt =
         |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
     for m in &r.results {
         println!(
-            "{:<34} {:>9} {:>8.2} {:>11.0} {:>8.1} {:>9} {:>9} {:>9} {:>8}",
+            "{:<34} {:>9} {:>8.2} {:>11.0} {:>8.1} {:>9} {:>9} {:>9} {:>8} {:>9}",
             m.name,
             m.rows,
             m.seconds,
@@ -302,6 +404,9 @@ fn print_report(r: &Report) {
             opt(m.commit_p99_ms, 1),
             opt(m.peak_rss_mib, 1),
             opt(m.cpu_seconds, 1),
+            m.registry_requests
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
     println!();

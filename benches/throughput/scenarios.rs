@@ -19,7 +19,9 @@ use serde::Serialize;
 use sqlx::{Connection, Executor, PgConnection, PgPool};
 
 use crate::data;
+use crate::formats::{self, Format};
 use crate::proc;
+use crate::registry;
 use crate::setup::Env;
 
 /// One scenario's result.
@@ -29,7 +31,8 @@ pub struct Measurement {
     pub rows: u64,
     pub seconds: f64,
     pub rows_per_sec: f64,
-    /// JSON payload megabytes per second (the same bytes for every scenario).
+    /// Payload megabytes per second: the scenario's own encoding of the rows (JSON for most;
+    /// Avro and Protobuf are smaller).
     pub mb_per_sec: f64,
     pub commit_p50_ms: Option<f64>,
     pub commit_p99_ms: Option<f64>,
@@ -37,6 +40,8 @@ pub struct Measurement {
     pub cpu_seconds: Option<f64>,
     /// Rows/s from the first committed batch to the last (without start-up and group join).
     pub steady_rows_per_sec: Option<f64>,
+    /// The sink's requests to the Schema Registry over the whole run (registry formats only).
+    pub registry_requests: Option<u64>,
     pub note: String,
 }
 
@@ -288,6 +293,7 @@ fn spawn_sink(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<std::proc
         .arg(config)
         .env_remove("DATABASE_URL")
         .env_remove("KAFKA_BOOTSTRAP_SERVERS")
+        .env_remove("SCHEMA_REGISTRY_URL")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
         .spawn()
@@ -305,6 +311,57 @@ pub struct SinkRun<'a> {
     pub mode: WriteMode,
     pub writers: usize,
     pub extra: &'a str,
+    /// The topic's records are in a registry format (JSON when `None`).
+    pub registry: Option<RegistryFormat<'a>>,
+}
+
+/// A topic whose records are framed for a Schema Registry.
+pub struct RegistryFormat<'a> {
+    pub format: Format,
+    /// The registry's API root, as `[schema_registry] url`.
+    pub url: &'a str,
+    /// Distinct schema ids in the topic: the most registry requests a sink that caches by id
+    /// may make; any more is a request on the hot path.
+    pub schema_ids: u64,
+}
+
+/// The first JSON line of the sink's log whose message is `message`.
+fn log_line(log: &Path, message: &str) -> anyhow::Result<Option<serde_json::Value>> {
+    Ok(BufReader::new(std::fs::File::open(log)?)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|v| v["message"] == message))
+}
+
+/// Checks a sample of the rows (about 100, first and last included) column by column against
+/// the orders they came from, so a format that decodes wrongly fails the run, not just a count.
+async fn check_sample(pool: &PgPool, n: u64, format: Option<Format>) -> anyhow::Result<()> {
+    let stride = (n / 100).max(1);
+    let expected: Vec<String> = (0..n)
+        .step_by(stride as usize)
+        .chain(n.checked_sub(1))
+        .map(|i| formats::expected_json(format, i))
+        .collect();
+    let wrong: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT e::text, row_to_json(b)::text
+           FROM unnest($1::jsonb[]) e LEFT JOIN bench_orders b ON b.id = e->>'id'
+          WHERE b.id IS NULL OR b.customer <> e->>'customer' OR b.amount <> (e->>'amount')::numeric
+             OR b.currency <> e->>'currency' OR b.status <> e->>'status'
+             OR b.created_at <> (e->>'created_at')::timestamptz OR b.attrs <> e->'attrs'",
+    )
+    .bind(&expected)
+    .fetch_all(pool)
+    .await?;
+    if let Some((want, got)) = wrong.first() {
+        anyhow::bail!(
+            "{} of {} sampled rows differ from their records; first: expected {want}, found {}",
+            wrong.len(),
+            expected.len(),
+            got.as_deref().unwrap_or("no row")
+        );
+    }
+    Ok(())
 }
 
 /// Runs the sink until `kafka_offsets` reaches the end offsets (`n` records in all).
@@ -324,12 +381,19 @@ pub async fn sink(
         WriteMode::Insert => "insert",
         WriteMode::Upsert => "upsert",
     };
+    let (registry, format) = match &run.registry {
+        Some(r) => (
+            format!("[schema_registry]\nurl = \"{}\"\n", r.url),
+            format!("format = \"{}\"\n", r.format.setting()),
+        ),
+        None => (String::new(), String::new()),
+    };
     std::fs::write(
         &config,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
-             [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
-             [[topics]]\nname = \"{}\"\ntable = \"bench_orders\"\nmode = \"{mode}\"\n",
+             [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n{registry}\
+             [[topics]]\nname = \"{}\"\ntable = \"bench_orders\"\nmode = \"{mode}\"\n{format}",
             run.kafka, run.group, run.url, run.writers, run.extra, run.topic
         ),
     )?;
@@ -368,16 +432,24 @@ pub async fn sink(
     let steady = first_commit.map(|t| t.elapsed());
     let cpu = proc::cpu_seconds(pid);
     peak = peak.max(proc::peak_rss(pid).unwrap_or(0));
+    // Scraped while the sink still runs: the whole drain's requests, start-up included.
+    let registry_requests = match &run.registry {
+        Some(_) => {
+            let serving = log_line(&log_path, "serving /metrics, /health and /ready")?
+                .context("the sink never logged its HTTP address")?;
+            let address = serving["address"]
+                .as_str()
+                .context("no address in the sink's HTTP line")?;
+            Some(registry::requests(address).await?)
+        }
+        None => None,
+    };
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()?;
     let status = child.wait()?;
     anyhow::ensure!(status.success(), "the sink did not stop cleanly: {status}");
-    let summary = BufReader::new(std::fs::File::open(&log_path)?)
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
-        .find(|v| v["message"] == "summary");
+    let summary = log_line(&log_path, "summary")?;
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_orders")
         .fetch_one(pool)
         .await?;
@@ -385,6 +457,15 @@ pub async fn sink(
         count as u64 == n,
         "the sink left {count} rows, expected {n}"
     );
+    check_sample(pool, n, run.registry.as_ref().map(|r| r.format)).await?;
+    if let (Some(r), Some(requests)) = (&run.registry, registry_requests) {
+        anyhow::ensure!(
+            requests <= r.schema_ids,
+            "{}: the sink made {requests} schema registry requests for {} schema id(s): a request on the hot path",
+            run.name,
+            r.schema_ids
+        );
+    }
 
     let mut m = Measurement::new(run.name, n, payload, elapsed);
     m.peak_rss_mib = Some(peak as f64 / (1024.0 * 1024.0));
@@ -397,9 +478,14 @@ pub async fn sink(
         m.commit_p50_ms = s["commit_p50_ms"].as_f64();
         m.commit_p99_ms = s["commit_p99_ms"].as_f64();
     }
+    m.registry_requests = registry_requests;
     m.note = format!(
-        "real binary, {} writers, end to end from process start",
-        run.writers
+        "real binary, {} writers, end to end from process start{}",
+        run.writers,
+        match &run.registry {
+            Some(r) => format!(", {} via the schema registry", r.format.setting()),
+            None => String::new(),
+        }
     );
     Ok(m)
 }

@@ -16,18 +16,33 @@ use crate::data;
 pub struct Env {
     pub kafka: String,
     pub admin_url: String,
+    /// The Schema Registry's API root; only the Avro and Protobuf scenarios need one.
+    registry: anyhow::Result<String>,
+}
+
+/// The variable `name`, or an error saying how to get the services that set it.
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .with_context(|| {
+            format!("{name} is not set: run `scripts/dev-services.sh up` and `eval \"$(scripts/dev-services.sh env)\"`")
+        })
 }
 
 impl Env {
     pub fn from_env() -> anyhow::Result<Self> {
-        let get = |name: &str| {
-            std::env::var(name).with_context(|| {
-                format!("{name} is not set: run `scripts/dev-services.sh up` and `eval \"$(scripts/dev-services.sh env)\"`")
-            })
-        };
         Ok(Self {
-            kafka: get("KAFKA_BOOTSTRAP_SERVERS")?,
-            admin_url: get("DATABASE_URL")?,
+            kafka: var("KAFKA_BOOTSTRAP_SERVERS")?,
+            admin_url: var("DATABASE_URL")?,
+            registry: var("SCHEMA_REGISTRY_URL"),
+        })
+    }
+
+    /// `SCHEMA_REGISTRY_URL`, or the error to stop with when a scenario needs it.
+    pub fn registry(&self) -> anyhow::Result<&str> {
+        self.registry.as_deref().map_err(|e| {
+            anyhow::anyhow!("the avro and protobuf scenarios need a Schema Registry: {e}")
         })
     }
 
@@ -86,8 +101,15 @@ pub async fn fresh_topic(env: &Env, name: &str, partitions: i32) -> anyhow::Resu
     }
 }
 
-/// Produces orders `0..n` keyed by id, order `i` to partition `i % partitions`.
-pub async fn produce(env: &Env, topic: &str, n: u64, partitions: i32) -> anyhow::Result<Duration> {
+/// Produces orders `0..n` keyed by id, order `i` to partition `i % partitions`, each value
+/// as `value` encodes it; how long it took and the values' total bytes.
+pub async fn produce(
+    env: &Env,
+    topic: &str,
+    n: u64,
+    partitions: i32,
+    value: impl Fn(u64) -> anyhow::Result<Vec<u8>>,
+) -> anyhow::Result<(Duration, u64)> {
     let producer: FutureProducer = env
         .kafka_config()
         .set("enable.idempotence", "true")
@@ -98,8 +120,10 @@ pub async fn produce(env: &Env, topic: &str, n: u64, partitions: i32) -> anyhow:
         .create()?;
     let started = Instant::now();
     let mut pending = Vec::with_capacity(10_000);
+    let mut bytes = 0;
     for i in 0..n {
-        let (key, value) = (data::key(i), data::order(i));
+        let (key, value) = (data::key(i), value(i)?);
+        bytes += value.len() as u64;
         let record = FutureRecord::to(topic)
             .key(&key)
             .payload(&value)
@@ -115,5 +139,5 @@ pub async fn produce(env: &Env, topic: &str, n: u64, partitions: i32) -> anyhow:
         d.await?.map_err(|(e, _)| e)?;
     }
     producer.flush(Duration::from_secs(60))?;
-    Ok(started.elapsed())
+    Ok((started.elapsed(), bytes))
 }
