@@ -1,10 +1,7 @@
 //! Protobuf and JSON Schema through the real Schema Registry and the real broker: records
 //! encoded with prost-reflect from the registered `.proto` (message indexes in the header,
 //! as Confluent's serializer writes them), and JSON with a registered JSON Schema.
-//!
-//! The schema imports no well-known type: the Apicurio build of the test services fails to
-//! register `.proto` files with imports (a Kotlin/okio class it cannot initialise); Timestamp,
-//! wrappers and Struct are covered by `src/mapping/protobuf.rs`'s tests on real payloads.
+//! The schema imports the well-known types the way producers do (`Timestamp`, wrappers).
 
 use std::time::Duration;
 
@@ -22,6 +19,8 @@ use crate::helpers::*;
 
 const PROTO: &str = r#"syntax = "proto3";
 package kps.test;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
 
 message Other { int64 id = 1; string label = 2; }
 
@@ -35,7 +34,8 @@ message Order {
   bytes blob = 7;
   enum Status { NEW = 0; PAID = 1; SHIPPED = 2; }
   Status status = 8;
-  optional string note = 10;
+  google.protobuf.Timestamp at = 9;
+  google.protobuf.StringValue note = 10;
   repeated string tags = 11;
   map<string, int64> attrs = 12;
   message Line { string sku = 1; int32 qty = 2; }
@@ -67,8 +67,22 @@ fn order(pool: &DescriptorPool, i: i64) -> (Vec<u8>, Vec<Option<String>>) {
     m.set_field_by_name("name", Value::String(format!("o{i} \u{e9}")));
     m.set_field_by_name("blob", Value::Bytes(blob.clone().into()));
     m.set_field_by_name("status", Value::EnumNumber((i % 3) as i32));
+    let seconds = 1_700_000_000 + i * 61;
+    let nanos = (i * 1_001_000 % 1_000_000_000) as i32;
+    let ts_desc = pool
+        .get_message_by_name("google.protobuf.Timestamp")
+        .unwrap();
+    let mut ts = DynamicMessage::new(ts_desc);
+    ts.set_field_by_name("seconds", Value::I64(seconds));
+    ts.set_field_by_name("nanos", Value::I32(nanos));
+    m.set_field_by_name("at", Value::Message(ts));
     if i % 3 != 0 {
-        m.set_field_by_name("note", Value::String(format!("n{i}")));
+        let sv = pool
+            .get_message_by_name("google.protobuf.StringValue")
+            .unwrap();
+        let mut note = DynamicMessage::new(sv);
+        note.set_field_by_name("value", Value::String(format!("n{i}")));
+        m.set_field_by_name("note", Value::Message(note));
     }
     m.set_field_by_name(
         "tags",
@@ -93,6 +107,20 @@ fn order(pool: &DescriptorPool, i: i64) -> (Vec<u8>, Vec<Option<String>>) {
     if i % 4 == 1 {
         m.set_field_by_name("maybe", Value::String(format!("m{i}")));
     }
+    let micros = seconds * 1_000_000 + (nanos / 1000) as i64;
+    let at = {
+        let t = chrono::DateTime::from_timestamp_micros(micros)
+            .unwrap()
+            .naive_utc();
+        let mut s = t.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+        while s.ends_with('0') {
+            s.pop();
+        }
+        if s.ends_with('.') {
+            s.pop();
+        }
+        s + "+00"
+    };
     let row = vec![
         Some(i.to_string()),
         Some((-(i as i32)).to_string()),
@@ -105,6 +133,7 @@ fn order(pool: &DescriptorPool, i: i64) -> (Vec<u8>, Vec<Option<String>>) {
             blob.iter().map(|b| format!("{b:02x}")).collect::<String>()
         )),
         Some(["NEW", "PAID", "SHIPPED"][(i % 3) as usize].to_string()),
+        Some(at),
         (i % 3 != 0).then(|| format!("n{i}")),
         Some(format!(r#"["a", "t{i}"]"#)),
         Some(format!(r#"{{"n": {i}}}"#)),
@@ -125,7 +154,7 @@ async fn protobuf_records_land_with_every_field_kind() {
         .execute(
             "CREATE TABLE orders (id bigint PRIMARY KEY, small int NOT NULL, big numeric NOT NULL,
              flag boolean NOT NULL, ratio float8 NOT NULL, name text NOT NULL, blob bytea NOT NULL,
-             status text NOT NULL, note text, tags jsonb NOT NULL,
+             status text NOT NULL, at timestamptz NOT NULL, note text, tags jsonb NOT NULL,
              attrs jsonb NOT NULL, line jsonb NOT NULL, maybe text)",
         )
         .await
@@ -158,8 +187,8 @@ async fn protobuf_records_land_with_every_field_kind() {
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     let columns = [
-        "id", "small", "big", "flag", "ratio", "name", "blob", "status", "note", "tags", "attrs",
-        "line", "maybe",
+        "id", "small", "big", "flag", "ratio", "name", "blob", "status", "at", "note", "tags",
+        "attrs", "line", "maybe",
     ];
     let rows = db.rows_as_text("orders", &columns).await;
     assert_eq!(rows, expected);

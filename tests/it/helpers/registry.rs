@@ -62,8 +62,32 @@ pub async fn register(subject: &str, kind: SchemaKind, text: &str) -> u32 {
     register_at(&registry_url(), subject, kind, text).await
 }
 
-/// Registers `text` under `subject` at the registry whose API root is `base`.
+/// Registers `text` under `subject` at the registry whose API root is `base`. A 5xx is tried
+/// again a few times: Apicurio's in-memory store answers 500 when registrations race on a
+/// fresh registry ("Concurrent update in table SEQUENCES"), and registering is the test's
+/// setup, not what it proves.
 pub async fn register_at(base: &str, subject: &str, kind: SchemaKind, text: &str) -> u32 {
+    for _ in 0..5 {
+        match try_register(base, subject, kind, text).await {
+            Ok(id) => return id,
+            Err(busy) => {
+                eprintln!("register {subject}: {busy}; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        }
+    }
+    try_register(base, subject, kind, text)
+        .await
+        .unwrap_or_else(|e| panic!("register {subject}: {e}"))
+}
+
+/// One registration; `Err` only for a 5xx answer (anything else wrong panics at once).
+async fn try_register(
+    base: &str,
+    subject: &str,
+    kind: SchemaKind,
+    text: &str,
+) -> Result<u32, String> {
     let mut body = serde_json::json!({ "schema": text });
     match kind {
         SchemaKind::Avro => {}
@@ -84,11 +108,14 @@ pub async fn register_at(base: &str, subject: &str, kind: SchemaKind, text: &str
         .unwrap_or_else(|e| panic!("register {subject} at {base}: {e}"));
     let status = response.status();
     let answer: serde_json::Value = response.json().await.expect("a JSON answer");
+    if status.is_server_error() {
+        return Err(format!("{status} {answer}"));
+    }
     assert!(status.is_success(), "register {subject}: {status} {answer}");
-    answer["id"]
+    Ok(answer["id"]
         .as_u64()
         .and_then(|id| u32::try_from(id).ok())
-        .unwrap_or_else(|| panic!("register {subject}: no id in {answer}"))
+        .unwrap_or_else(|| panic!("register {subject}: no id in {answer}")))
 }
 
 /// A payload in the Confluent wire format: magic byte 0, the schema id big-endian, the payload.
