@@ -248,3 +248,182 @@ async fn json_schema_records_land_like_json() {
     }
     assert!(sink.stop().success());
 }
+
+const DEBEZIUM_PROTO: &str = r#"syntax = "proto3";
+package dbserver1.inventory.products;
+
+message Envelope {
+  Value before = 1;
+  Value after = 2;
+  string op = 3;
+  int64 ts_ms = 4;
+}
+message Value {
+  int32 id = 1;
+  string name = 2;
+  optional int64 qty = 3;
+}
+message Key { int32 id = 1; }
+"#;
+
+/// Debezium change events written with a Protobuf converter (the envelope the first message,
+/// the key the third, selected by the message index in each header), c/u/d and tombstones:
+/// the table ends equal to the source state.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_change_events_in_protobuf_with_protobuf_keys_reproduce_the_source() {
+    use std::collections::BTreeMap;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE products (id int PRIMARY KEY, name text NOT NULL, qty bigint)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(2).await;
+    let value_id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Protobuf,
+        DEBEZIUM_PROTO,
+    )
+    .await;
+    let key_id = register(
+        &format!("{}-key", topic.name),
+        SchemaKind::Protobuf,
+        DEBEZIUM_PROTO,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.proto"), DEBEZIUM_PROTO).unwrap();
+    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
+    compiler.open_file("d.proto").unwrap();
+    let pool = compiler.descriptor_pool();
+    let message = |name: &str| {
+        DynamicMessage::new(
+            pool.get_message_by_name(&format!("dbserver1.inventory.products.{name}"))
+                .unwrap(),
+        )
+    };
+    let row = |id: i32, version: i64| {
+        let mut v = message("Value");
+        v.set_field_by_name("id", Value::I32(id));
+        v.set_field_by_name("name", Value::String(format!("p{id}-v{version}")));
+        if version % 2 == 0 {
+            v.set_field_by_name("qty", Value::I64(version * 1_000_000_007));
+        }
+        v
+    };
+    let mut state: BTreeMap<i32, (String, Option<i64>)> = BTreeMap::new();
+    let mut records = Vec::new();
+    for version in 0..600i64 {
+        let id = (version * 37 % 50) as i32;
+        let mut key = message("Key");
+        key.set_field_by_name("id", Value::I32(id));
+        // Index [2]: the third message, `Key`.
+        let mut key_bytes = vec![2, 4];
+        key_bytes.extend(key.encode_to_vec());
+        let mut envelope = message("Envelope");
+        let op = if state.contains_key(&id) && version % 4 == 0 {
+            envelope.set_field_by_name("before", Value::Message(row(id, version - 1)));
+            state.remove(&id);
+            "d"
+        } else {
+            let r = row(id, version);
+            envelope.set_field_by_name("after", Value::Message(r));
+            let op = if state.contains_key(&id) { "u" } else { "c" };
+            state.insert(
+                id,
+                (
+                    format!("p{id}-v{version}"),
+                    (version % 2 == 0).then_some(version * 1_000_000_007),
+                ),
+            );
+            op
+        };
+        envelope.set_field_by_name("op", Value::String(op.into()));
+        envelope.set_field_by_name("ts_ms", Value::I64(1_700_000_000_000 + version));
+        // Index [0] as the single byte 0, as Confluent's serializer writes it.
+        let mut value = vec![0];
+        value.extend(envelope.encode_to_vec());
+        let partition = id % 2;
+        records.push(RawRecord {
+            partition,
+            key: Some(framed(key_id, &key_bytes)),
+            value: Some(framed(value_id, &value)),
+            ..Default::default()
+        });
+        if op == "d" {
+            records.push(RawRecord {
+                partition,
+                key: Some(framed(key_id, &key_bytes)),
+                value: None,
+                ..Default::default()
+            });
+        }
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.max_records = 40;
+    config.topic_settings =
+        "format = \"debezium\"\nencoding = \"protobuf\"\nkey_format = \"protobuf\"".into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
+    let rows: Vec<(i32, String, Option<i64>)> =
+        sqlx::query_as("SELECT id, name, qty FROM products ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let actual: BTreeMap<i32, (String, Option<i64>)> =
+        rows.into_iter().map(|(id, n, q)| (id, (n, q))).collect();
+    assert_eq!(actual, state);
+    assert!(sink.stop().success());
+}
+
+/// Debezium change events written with a JSON Schema converter: the envelope as JSON after the
+/// wire header; c/u/d end equal to the source state.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_change_events_in_json_schema_reproduce_the_source() {
+    use std::collections::BTreeMap;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE products (id int PRIMARY KEY, name text NOT NULL)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let schema = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Envelope","type":"object",
+      "properties":{"before":{"oneOf":[{"type":"null"},{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}}}]},
+                    "after":{"oneOf":[{"type":"null"},{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}}}]},
+                    "op":{"type":"string"}}}"#;
+    let id = register(&format!("{}-value", topic.name), SchemaKind::Json, schema).await;
+    let mut state: BTreeMap<i32, String> = BTreeMap::new();
+    let mut records = Vec::new();
+    for version in 0..300i32 {
+        let key = version * 7 % 40;
+        let value = if state.contains_key(&key) && version % 3 == 0 {
+            state.remove(&key);
+            format!(r#"{{"before":{{"id":{key},"name":"old"}},"after":null,"op":"d"}}"#)
+        } else {
+            let op = if state.contains_key(&key) { "u" } else { "c" };
+            state.insert(key, format!("n{version}"));
+            format!(r#"{{"before":null,"after":{{"id":{key},"name":"n{version}"}},"op":"{op}"}}"#)
+        };
+        records.push(RawRecord {
+            key: Some(format!(r#"{{"id":{key}}}"#).into_bytes()),
+            value: Some(framed(id, value.as_bytes())),
+            ..Default::default()
+        });
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.max_records = 30;
+    config.topic_settings = "format = \"debezium\"\nencoding = \"json-schema\"".into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(i32, String)> = sqlx::query_as("SELECT id, name FROM products ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.into_iter().collect::<BTreeMap<_, _>>(), state);
+    assert!(sink.stop().success());
+}
