@@ -17,6 +17,8 @@ mod protobuf;
 mod rows;
 mod schema_fields;
 mod source;
+#[cfg(test)]
+mod test_support;
 mod transcode;
 
 use std::collections::HashMap;

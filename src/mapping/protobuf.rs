@@ -756,28 +756,10 @@ message Refund {
         }
     }
 
-    /// The fields of the one row in `rows`, as COPY's binary form lays them out; `None` for
-    /// NULL.
-    fn row_fields(rows: &crate::mapping::TableRows) -> Vec<Option<Vec<u8>>> {
-        let bytes = rows.shapes[0].buffer.as_bytes();
-        let mut at = 19; // the COPY header
-        let n = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
-        at += 2;
-        (0..n)
-            .map(|_| {
-                let len = i32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-                at += 4;
-                (len >= 0).then(|| {
-                    at += len as usize;
-                    bytes[at - len as usize..at].to_vec()
-                })
-            })
-            .collect()
-    }
-
     #[test]
     fn the_transcoded_json_maps_through_the_real_converters() {
-        use crate::schema::{Column, ColumnType as T, Table};
+        use crate::mapping::test_support::{first_row, nullable, table, topic};
+        use crate::schema::ColumnType as T;
         let t = shop();
         let mut text = String::new();
         t.to_json(&payload(&[0], &full_order(&t)), &mut text)
@@ -800,32 +782,8 @@ message Refund {
             ("counts", T::Json),
             ("voucher", T::Int8),
         ];
-        let table = std::sync::Arc::new(Table {
-            oid: 1,
-            schema: "public".into(),
-            name: "orders".into(),
-            columns: columns
-                .iter()
-                .map(|&(name, ty)| Column {
-                    name: name.into(),
-                    ty,
-                    sql_type: format!("{ty:?}").to_lowercase(),
-                    not_null: false,
-                    has_default: false,
-                })
-                .collect(),
-            skipped: vec![],
-            unique_keys: vec![],
-            primary_key: vec![],
-        });
-        let settings: crate::config::TopicSettings = figment::Figment::from(
-            <figment::providers::Toml as figment::providers::Format>::string(
-                "name = \"orders\"\ntable = \"orders\"",
-            ),
-        )
-        .extract()
-        .unwrap();
-        let mapper = crate::mapping::TopicMapper::new(&settings, table).unwrap();
+        let mapper =
+            crate::mapping::TopicMapper::new(&topic(""), table(nullable(&columns), &[])).unwrap();
         let record = crate::record::RecordView {
             topic: "orders",
             partition: 0,
@@ -847,7 +805,7 @@ message Refund {
         let placed_at = 1_700_000_000_123_456i64 - 946_684_800_000_000;
         let jsonb = |text: &str| [&[1u8][..], text.as_bytes()].concat();
         assert_eq!(
-            row_fields(&rows),
+            first_row(rows.shapes[0].buffer.as_bytes()),
             vec![
                 Some((-9_007_199_254_740_993i64).to_be_bytes().to_vec()),
                 Some(numeric("18446744073709551615")),

@@ -4,46 +4,11 @@ use bytes::BytesMut;
 use figment::providers::{Format, Toml};
 use figment::Figment;
 
+use super::test_support::{col, first_row, table, topic};
 use super::*;
 use crate::headers::Header;
 use crate::pgcopy::encode_numeric;
 use crate::record::RecordView;
-
-fn col(name: &str, ty: ColumnType, not_null: bool, has_default: bool) -> Column {
-    Column {
-        name: name.into(),
-        ty,
-        sql_type: format!("{ty:?}").to_lowercase(),
-        not_null,
-        has_default,
-    }
-}
-
-fn table(columns: Vec<Column>, primary_key: &[&str]) -> Arc<Table> {
-    let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
-    Arc::new(Table {
-        oid: 1,
-        schema: "public".into(),
-        name: "t".into(),
-        columns,
-        skipped: vec![],
-        unique_keys: if pk.is_empty() {
-            vec![]
-        } else {
-            vec![pk.clone()]
-        },
-        primary_key: pk,
-    })
-}
-
-/// A topic's settings from TOML, as a user would write them.
-fn topic(extra: &str) -> TopicSettings {
-    Figment::from(Toml::string(&format!(
-        "name = \"topic\"\ntable = \"t\"\n{extra}"
-    )))
-    .extract()
-    .unwrap()
-}
 
 fn mapper(columns: Vec<Column>, extra: &str) -> TopicMapper {
     TopicMapper::new(&topic(extra), table(columns, &[])).unwrap()
@@ -73,22 +38,7 @@ fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
 
 /// The fields of the first row in `rows`; `None` for NULL.
 fn fields(rows: &TableRows) -> Vec<Option<Vec<u8>>> {
-    let bytes = rows.shapes[0].buffer.as_bytes();
-    let mut at = 19; // the COPY header
-    let n = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
-    at += 2;
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let len = i32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-        at += 4;
-        if len < 0 {
-            out.push(None);
-        } else {
-            out.push(Some(bytes[at..at + len as usize].to_vec()));
-            at += len as usize;
-        }
-    }
-    out
+    first_row(rows.shapes[0].buffer.as_bytes())
 }
 
 #[test]

@@ -882,55 +882,23 @@ mod tests {
 
     /// Mapping without a database: a table described by hand, as `mapping/tests.rs` does.
     mod through_the_mapping {
-        use std::sync::Arc;
-
         use bytes::BytesMut;
         use chrono::{NaiveDate, NaiveDateTime};
-        use figment::providers::{Format, Toml};
-        use figment::Figment;
         use postgres_types::{ToSql, Type};
 
         use super::*;
-        use crate::config::TopicSettings;
+        use crate::mapping::test_support::{first_row, nullable, table, topic};
         use crate::mapping::{EncodeError, TableRows, TopicMapper};
         use crate::pgcopy::encode_numeric;
         use crate::record::RecordView;
-        use crate::schema::{Column, ColumnType, Table};
+        use crate::schema::ColumnType;
 
         fn mapper(
             columns: &[(&str, ColumnType)],
             primary_key: &[&str],
             extra: &str,
         ) -> TopicMapper {
-            let settings: TopicSettings = Figment::from(Toml::string(&format!(
-                "name = \"topic\"\ntable = \"t\"\n{extra}"
-            )))
-            .extract()
-            .unwrap();
-            let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
-            let table = Table {
-                oid: 1,
-                schema: "public".into(),
-                name: "t".into(),
-                columns: columns
-                    .iter()
-                    .map(|&(name, ty)| Column {
-                        name: name.into(),
-                        ty,
-                        sql_type: format!("{ty:?}").to_lowercase(),
-                        not_null: false,
-                        has_default: false,
-                    })
-                    .collect(),
-                skipped: vec![],
-                unique_keys: if pk.is_empty() {
-                    vec![]
-                } else {
-                    vec![pk.clone()]
-                },
-                primary_key: pk,
-            };
-            TopicMapper::new(&settings, Arc::new(table)).unwrap()
+            TopicMapper::new(&topic(extra), table(nullable(columns), primary_key)).unwrap()
         }
 
         /// Maps one record whose value is `json`, into `rows`.
@@ -950,25 +918,6 @@ mod tests {
                 Err(EncodeError::ShapeChanged) => panic!("a fresh batch never changes shape"),
                 Err(EncodeError::NeedSchema(id)) => panic!("JSON text needs no schema ({id})"),
             }
-        }
-
-        /// The fields of the first row in a COPY buffer; `None` for NULL.
-        fn fields(bytes: &[u8]) -> Vec<Option<Vec<u8>>> {
-            let mut at = 19; // the COPY header
-            let n = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
-            at += 2;
-            let mut out = Vec::new();
-            for _ in 0..n {
-                let len = i32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-                at += 4;
-                if len < 0 {
-                    out.push(None);
-                } else {
-                    out.push(Some(bytes[at..at + len as usize].to_vec()));
-                    at += len as usize;
-                }
-            }
-            out
         }
 
         fn sql<T: ToSql>(v: T, ty: &Type) -> Option<Vec<u8>> {
@@ -1138,7 +1087,7 @@ mod tests {
                 Some(vec![0, 1, 254, 255]),
                 None,
             ];
-            let got = fields(rows.shapes[0].buffer.as_bytes());
+            let got = first_row(rows.shapes[0].buffer.as_bytes());
             assert_eq!(got.len(), expected.len());
             for ((name, _), (got, want)) in columns.iter().zip(got.iter().zip(&expected)) {
                 assert_eq!(got, want, "column {name}");
@@ -1174,7 +1123,7 @@ mod tests {
             assert_eq!(rows.deletes.as_ref().map(|d| d.buffer.rows()), Some(1));
             // Upsert rows end with their ordinal, which is not a column.
             assert_eq!(
-                fields(rows.shapes[0].buffer.as_bytes())[..7],
+                first_row(rows.shapes[0].buffer.as_bytes())[..7],
                 [
                     sql(1i64, &Type::INT8),
                     sql(NaiveDate::from_ymd_opt(2022, 1, 8).unwrap(), &Type::DATE),
@@ -1186,7 +1135,7 @@ mod tests {
                 ]
             );
             let deletes = rows.deletes.as_ref().unwrap().buffer.as_bytes();
-            assert_eq!(fields(deletes)[0], sql(3i64, &Type::INT8));
+            assert_eq!(first_row(deletes)[0], sql(3i64, &Type::INT8));
         }
     }
 }
