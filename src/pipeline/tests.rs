@@ -1078,3 +1078,28 @@ fn a_schema_of_the_wrong_kind_and_a_record_without_the_header_are_dead_letters()
         "one fetch, for id 7"
     );
 }
+
+/// A registered schema that does not compile is the record's error (`schema`), never retried.
+#[test]
+fn a_schema_that_does_not_compile_is_a_dead_letter() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic: "format = \"avro\"\non_error = \"dead_letter\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.schemas
+        .0
+        .lock()
+        .unwrap()
+        .push_back(Ok(Arc::new(RegisteredSchema {
+            kind: SchemaKind::Avro,
+            text: r#"{"type": "record", "name": "R", "fields": [{"name": "id"}]}"#.into(),
+        })));
+    h.deliver_bytes(0, 0, &[0, 0, 0, 0, 9, 2]);
+    h.answer_all();
+    h.answer_all();
+    let db = h.db.lock().unwrap();
+    assert_eq!(db.letters, vec![(0, 0, "schema")]);
+    assert_eq!(db.next(0), Some(1));
+}

@@ -611,6 +611,12 @@ async fn unknown_schema_ids_and_corrupt_payloads_become_dead_letters() {
     );
     assert!(letters[0].2.contains("999999"), "{}", letters[0].2);
     assert_eq!(db.count("items").await, 37);
+    // V1 has no `note`: in insert mode the column takes its default (NULL).
+    let notes: i64 = sqlx::query_scalar("SELECT count(*) FROM items WHERE note IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, 0);
     assert!(sink.stop().success());
 }
 
