@@ -57,9 +57,15 @@ const PLAIN: usize = 0;
 /// `max_record_bytes` (16 MiB by default) anyway.
 const MAX_ALLOCATION_BYTES: usize = 16 << 20;
 
+/// How many type nodes a schema may expand into once its named references are inlined.
+const MAX_INLINED_TYPES: usize = 100_000;
+
 /// A decimal's digits are computed by long division, so its length is bounded; as for
 /// Connect's base64 decimals.
 const MAX_DECIMAL_BYTES: usize = 128;
+
+/// Digits a big-decimal may have: what `MAX_DECIMAL_BYTES` of unscaled integer can hold.
+const MAX_DECIMAL_DIGITS: u64 = 310;
 
 /// PostgreSQL's `numeric` takes scales from -1000 to 1000; a larger one (from a bad payload's
 /// `VariableScaleDecimal`) would only write a long run of zeros.
@@ -139,7 +145,20 @@ impl AvroTranscoder {
         let root = planner.compile(&json, "");
         let names =
             ResolvedSchema::try_from(&parsed).map_err(|e| format!("invalid Avro schema: {e}"))?;
-        let schema = inline_refs(&parsed, names.get_names(), &None, &mut Vec::new())?;
+        let fixed = largest_fixed(&json);
+        if fixed > MAX_ALLOCATION_BYTES as u64 {
+            return Err(format!(
+                "the Avro schema declares a fixed of {fixed} bytes (at most {MAX_ALLOCATION_BYTES})"
+            ));
+        }
+        let mut budget = MAX_INLINED_TYPES;
+        let schema = inline_refs(
+            &parsed,
+            names.get_names(),
+            &None,
+            &mut Vec::new(),
+            &mut budget,
+        )?;
         // Process-wide and set once; this module is apache-avro's only user.
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
         Ok(Self {
@@ -282,7 +301,20 @@ impl AvroTranscoder {
                 let bytes = Vec::<u8>::try_from(d).map_err(|e| format!("bad decimal: {e}"))?;
                 write_decimal(&bytes, scale, out)?;
             }
-            Value::BigDecimal(d) => out.push_str(&d.to_plain_string()),
+            Value::BigDecimal(d) => {
+                // The scale comes from the payload: bounded as every decimal's is, before the
+                // plain form pads it with zeros.
+                let scale = d.fractional_digit_count();
+                if scale.unsigned_abs() > MAX_DECIMAL_SCALE.unsigned_abs()
+                    || d.digits() > MAX_DECIMAL_DIGITS
+                {
+                    return Err(format!(
+                        "big-decimal with {} digits and scale {scale} is out of range",
+                        d.digits()
+                    ));
+                }
+                out.push_str(&d.to_plain_string());
+            }
             Value::TimeMillis(t) => write_time_of_day(i64::from(*t), Unit::Millis, out)?,
             Value::TimeMicros(t) => write_time_of_day(*t, Unit::Micros, out)?,
             Value::TimestampMillis(t) => write_timestamp(*t, Unit::Millis, true, out)?,
@@ -1137,5 +1169,93 @@ mod tests {
             let deletes = rows.deletes.as_ref().unwrap().buffer.as_bytes();
             assert_eq!(first_row(deletes)[0], sql(3i64, &Type::INT8));
         }
+    }
+}
+
+/// Schemas and payloads built to break the transcoder: each is an error, never a panic, an
+/// abort or an unbounded allocation.
+#[cfg(test)]
+mod hostile {
+    use super::*;
+
+    /// Avro's zigzag varint of `n`.
+    fn long(n: i64) -> Vec<u8> {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        let mut out = Vec::new();
+        loop {
+            let byte = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(byte);
+                return out;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn transcode(schema: &str, payload: &[u8]) -> Result<String, String> {
+        let t = AvroTranscoder::new(schema)?;
+        let mut out = String::new();
+        t.to_json(payload, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn a_big_decimal_scale_from_the_payload_is_bounded() {
+        let schema = r#"{"type":"bytes","logicalType":"big-decimal"}"#;
+        for scale in [i64::MAX, i64::MIN, 1_001, -1_001] {
+            let mut inner = vec![2, 5]; // one byte of unscaled integer: 5
+            inner.extend(long(scale));
+            let mut payload = long(inner.len() as i64);
+            payload.extend(inner);
+            let err = transcode(schema, &payload).unwrap_err();
+            assert!(err.contains("out of range"), "{scale}: {err}");
+        }
+        let mut inner = vec![2, 5];
+        inner.extend(long(2));
+        let mut payload = long(inner.len() as i64);
+        payload.extend(inner);
+        assert_eq!(transcode(schema, &payload).unwrap(), "0.05");
+    }
+
+    #[test]
+    fn a_connect_decimal_scale_from_the_schema_is_bounded() {
+        let schema = r#"{"type":"bytes","connect.name":"org.apache.kafka.connect.data.Decimal",
+                         "connect.parameters":{"scale":"-9223372036854775808"}}"#;
+        let err = transcode(schema, &[2, 5]).unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_fixed_is_refused_before_any_record() {
+        let schema = r#"{"type":"record","name":"R","fields":[
+            {"name":"f","type":{"type":"fixed","name":"F","size":1000000000000}}]}"#;
+        let err = AvroTranscoder::new(schema).err().expect("refused");
+        assert!(err.contains("fixed of 1000000000000 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_schema_that_expands_exponentially_is_refused() {
+        // T0 holds two T1, T1 two T2, …: 2^40 copies once references are inlined.
+        let mut types = vec![
+            r#"{"type":"record","name":"T40","fields":[{"name":"x","type":"int"}]}"#.to_string(),
+        ];
+        for i in (0..40).rev() {
+            types.push(format!(
+                r#"{{"type":"record","name":"T{i}","fields":[{{"name":"a","type":"T{n}"}},{{"name":"b","type":"T{n}"}}]}}"#,
+                n = i + 1
+            ));
+        }
+        // Named types are defined where first used: nest each definition in the next record.
+        let mut schema = types[0].clone();
+        for (k, t) in types.iter().enumerate().skip(1) {
+            let i = 40 - k;
+            schema = t.replacen(
+                &format!(r#""type":"T{}""#, i + 1),
+                &format!(r#""type":{schema}"#),
+                1,
+            );
+        }
+        let err = AvroTranscoder::new(&schema).err().expect("refused");
+        assert!(err.contains("too many nested types"), "{err}");
     }
 }

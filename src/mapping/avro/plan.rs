@@ -196,7 +196,13 @@ pub(super) fn inline_refs(
     names: &NamesRef<'_>,
     ns: &Namespace,
     open: &mut Vec<Name>,
+    budget: &mut usize,
 ) -> Result<Schema, String> {
+    // Each reference gets its own copy, so a few named types that each refer twice to the
+    // next would grow into an exponential number of copies: bound the work.
+    *budget = budget.checked_sub(1).ok_or(
+        "the Avro schema expands into too many nested types (named types referred to again and again)",
+    )?;
     Ok(match schema {
         Schema::Ref { name } => {
             let full = name.fully_qualified_name(ns);
@@ -213,33 +219,33 @@ pub(super) fn inline_refs(
                     full.fullname(None)
                 )
             })?;
-            inline_refs(definition, names, &full.namespace, open)?
+            inline_refs(definition, names, &full.namespace, open, budget)?
         }
         Schema::Record(record) => {
             let full = record.name.fully_qualified_name(ns);
             open.push(full.clone());
             let mut copy = record.clone();
             for field in &mut copy.fields {
-                field.schema = inline_refs(&field.schema, names, &full.namespace, open)?;
+                field.schema = inline_refs(&field.schema, names, &full.namespace, open, budget)?;
             }
             open.pop();
             Schema::Record(copy)
         }
         Schema::Array(array) => {
             let mut copy = array.clone();
-            copy.items = Box::new(inline_refs(&array.items, names, ns, open)?);
+            copy.items = Box::new(inline_refs(&array.items, names, ns, open, budget)?);
             Schema::Array(copy)
         }
         Schema::Map(map) => {
             let mut copy = map.clone();
-            copy.types = Box::new(inline_refs(&map.types, names, ns, open)?);
+            copy.types = Box::new(inline_refs(&map.types, names, ns, open, budget)?);
             Schema::Map(copy)
         }
         Schema::Union(union) => {
             let branches = union
                 .variants()
                 .iter()
-                .map(|b| inline_refs(b, names, ns, open))
+                .map(|b| inline_refs(b, names, ns, open, budget))
                 .collect::<Result<Vec<_>, _>>()?;
             Schema::Union(
                 UnionSchema::new(branches).map_err(|e| format!("invalid Avro schema: {e}"))?,
@@ -247,4 +253,21 @@ pub(super) fn inline_refs(
         }
         other => other.clone(),
     })
+}
+
+/// The largest `fixed` size found in the schema JSON: apache-avro allocates a fixed value's
+/// bytes at its declared size before reading them, without its allocation limit.
+pub(super) fn largest_fixed(v: &Json) -> u64 {
+    match v {
+        Json::Object(o) => {
+            let own = if o.get("type").is_some_and(|t| t == "fixed") {
+                o.get("size").and_then(Json::as_u64).unwrap_or(0)
+            } else {
+                0
+            };
+            o.values().map(largest_fixed).fold(own, u64::max)
+        }
+        Json::Array(a) => a.iter().map(largest_fixed).max().unwrap_or(0),
+        _ => 0,
+    }
 }

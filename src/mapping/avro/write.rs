@@ -94,7 +94,7 @@ pub(super) fn write_decimal(bytes: &[u8], scale: i64, out: &mut String) -> Resul
             bytes.len()
         ));
     }
-    if scale.abs() > MAX_DECIMAL_SCALE {
+    if scale.unsigned_abs() > MAX_DECIMAL_SCALE.unsigned_abs() {
         return Err(format!(
             "decimal scale {scale} is out of range (-{MAX_DECIMAL_SCALE} to {MAX_DECIMAL_SCALE})"
         ));
