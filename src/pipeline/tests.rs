@@ -12,7 +12,7 @@ use figment::providers::{Format, Toml};
 use figment::Figment;
 use rdkafka::Offset;
 
-use super::ports::{MoveKind, Rebalance};
+use super::ports::MoveKind;
 use super::*;
 use crate::config::TopicSettings;
 use crate::offsets::{OffsetAdvance, Refusal, StoredOffset};
@@ -1005,7 +1005,6 @@ fn consumed_records_are_reported_before_their_commit() {
     let committed = seen.iter().position(|w| w == "committed 3");
     assert!(consumed.is_some() && consumed < committed, "{seen:?}");
     assert_eq!(seen.first().map(String::as_str), Some("assign 1"));
-    let _ = Rebalance::Assign;
 }
 
 /// A record in a registry format whose schema cannot be fetched (the registry is down) is not
