@@ -1,11 +1,14 @@
-//! Avro into JSON text for the registry formats: apache-avro decodes the binary datum against
-//! the writer schema, and the value is written as JSON by `transcode`'s conventions, so the
-//! JSON mapping takes it unchanged.
+//! Avro into JSON text for the registry formats, by `transcode`'s conventions, so the JSON
+//! mapping takes it unchanged. apache-avro parses and checks the writer schema; each payload
+//! is then read by a program compiled from it (`program`, run by `decode`), straight into the
+//! JSON text. apache-avro's own decoder, which builds a value tree per record, is what the
+//! program is tested against (`differential`) and still reads the rare types whose encoding
+//! is intricate (big-decimal, Debezium's `VariableScaleDecimal`).
 //!
 //! Kafka Connect and Debezium name their types with `connect.name` on the schema
 //! (`{"type":"int","connect.name":"io.debezium.time.Date"}`), which apache-avro drops from
 //! primitive schemas. So the schema JSON is also walked here, once, into a plan that says how
-//! to write the value at each position; decoding itself is apache-avro's.
+//! to write the value at each position.
 //!
 //! The forms written, exactly: timestamps `YYYY-MM-DDTHH:MM:SS.fffZ` with as many fraction
 //! digits as the unit has (3, 6 or 9), local timestamps (and Debezium's `Timestamp`,
@@ -24,10 +27,16 @@ use apache_avro::types::Value;
 use base64::Engine as _;
 use serde_json::Value as Json;
 
+mod decode;
+#[cfg(test)]
+mod differential;
 mod plan;
+mod program;
 mod write;
 
+use decode::{Failure, Input};
 use plan::*;
+use program::Step;
 use write::*;
 
 use super::transcode::Transcoder;
@@ -41,11 +50,17 @@ use super::MAX_JSON_DEPTH;
 pub(crate) struct AvroTranscoder {
     /// The writer schema with named references replaced by their definitions, so apache-avro
     /// needs no name table, which it would otherwise rebuild for every record.
+    #[cfg_attr(not(test), allow(dead_code))]
     schema: Schema,
     /// How each position's value is written; `plan[PLAIN]` is "as the value says".
     plan: Vec<Node>,
     /// The plan node of the schema's top.
+    #[cfg_attr(not(test), allow(dead_code))]
     root: usize,
+    /// The schema and plan compiled for reading payloads directly (`decode`).
+    steps: Vec<Step>,
+    /// The step of the schema's top.
+    top: usize,
 }
 
 /// The plan node for values written as their Avro type says, with no hint.
@@ -101,6 +116,9 @@ enum Node {
     TimeOfDay(Unit),
     /// A string holding JSON text (`io.debezium.data.Json`): written as that JSON.
     JsonText,
+    /// A `fixed` of 16 bytes with `logicalType: uuid`, which apache-avro 0.21 would read as
+    /// length-prefixed bytes.
+    UuidFixed,
 }
 
 /// A fraction of a second that an integer time counts.
@@ -161,10 +179,13 @@ impl AvroTranscoder {
         )?;
         // Process-wide and set once; this module is apache-avro's only user.
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
+        let (steps, top) = program::compile(&schema, &planner.nodes, root)?;
         Ok(Self {
             schema,
             plan: planner.nodes,
             root,
+            steps,
+            top,
         })
     }
 
@@ -342,6 +363,26 @@ impl AvroTranscoder {
 
 impl Transcoder for AvroTranscoder {
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        let start = out.len();
+        let mut input = Input { rest: payload };
+        let read = self.run(self.top, &mut input, 0, out);
+        let result = match read {
+            Err(Failure::EndsEarly) => Err(ends_early(payload)),
+            Err(Failure::Bad(reason)) => {
+                Err(format!("the payload is not Avro of its schema: {reason}"))
+            }
+            Ok(()) if !input.rest.is_empty() => Err(trailing(input.rest)),
+            Ok(()) => Ok(()),
+        };
+        result.inspect_err(|_| out.truncate(start))
+    }
+}
+
+impl AvroTranscoder {
+    /// The JSON of `payload` as apache-avro decodes it into a value tree, written by `write`:
+    /// what `to_json` must equal, for the tests.
+    #[cfg(test)]
+    fn to_json_by_value(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
         let mut reader = Payload {
             rest: payload,
             ran_out: false,
@@ -352,22 +393,57 @@ impl Transcoder for AvroTranscoder {
         // apache-avro reads a missing boolean, string or union branch at the end of the input
         // as null, so running out is noticed here, not from its result.
         if reader.ran_out {
-            return Err(format!(
-                "the Avro payload ends early ({} bytes): it is truncated or not of this schema",
-                payload.len()
-            ));
+            return Err(ends_early(payload));
         }
         let value = decoded.map_err(|e| format!("the payload is not Avro of its schema: {e}"))?;
         if !reader.rest.is_empty() {
-            return Err(format!(
-                "{} bytes follow the Avro datum: the payload is not of this schema",
-                reader.rest.len()
-            ));
+            return Err(trailing(reader.rest));
         }
         let start = out.len();
         self.write(&value, self.root, 0, out)
             .inspect_err(|_| out.truncate(start))
     }
+}
+
+/// For the tests: `to_json`'s result, once checked against `to_json_by_value`'s (equal JSON,
+/// map entries in any order; or both errors).
+#[cfg(test)]
+pub(super) fn checked_json(t: &AvroTranscoder, payload: &[u8]) -> Result<String, String> {
+    let mut direct = String::new();
+    let mut by_value = String::new();
+    let a = t.to_json(payload, &mut direct).map(|()| direct);
+    let b = t
+        .to_json_by_value(payload, &mut by_value)
+        .map(|()| by_value);
+    match (&a, &b) {
+        (Ok(x), Ok(y)) => {
+            let parse = |s: &str| serde_json::from_str::<Json>(s).expect("JSON is written");
+            assert_eq!(
+                parse(x),
+                parse(y),
+                "direct and by-value JSON of {payload:?}"
+            );
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("direct {a:?} but by value {b:?} for {payload:?}"),
+    }
+    a
+}
+
+/// The error for a payload shorter than its datum.
+fn ends_early(payload: &[u8]) -> String {
+    format!(
+        "the Avro payload ends early ({} bytes): it is truncated or not of this schema",
+        payload.len()
+    )
+}
+
+/// The error for bytes after the datum.
+fn trailing(rest: &[u8]) -> String {
+    format!(
+        "{} bytes follow the Avro datum: the payload is not of this schema",
+        rest.len()
+    )
 }
 
 /// The payload as apache-avro reads it, noting whether it asked for more than there was.
@@ -398,8 +474,7 @@ mod tests {
         let t = AvroTranscoder::new(schema).expect("a valid schema");
         let payload = apache_avro::to_avro_datum(&Schema::parse_str(schema).unwrap(), value)
             .expect("the value fits the schema");
-        let mut out = String::new();
-        t.to_json(&payload, &mut out).map(|()| out)
+        checked_json(&t, &payload)
     }
 
     fn record(fields: Vec<(&str, Value)>) -> Value {
@@ -422,7 +497,7 @@ mod tests {
         254, 149, 49, 111, 82, 0, 170, 20, 203, 220, 134, 106, 169, 23, 111, 95, 197, 236,
     ];
 
-    const EVERY_TYPE: &str = r#"{"type":"record","name":"Every","namespace":"t","fields":[
+    pub(super) const EVERY_TYPE: &str = r#"{"type":"record","name":"Every","namespace":"t","fields":[
         {"name":"n","type":"null"},
         {"name":"b","type":"boolean"},
         {"name":"i","type":"int"},
@@ -600,7 +675,7 @@ mod tests {
     }
 
     /// A Debezium PostgreSQL connector's value schema as its AvroConverter registers it.
-    const DEBEZIUM: &str = r#"{"type":"record","name":"Envelope","namespace":"pg.public.orders","fields":[
+    pub(super) const DEBEZIUM: &str = r#"{"type":"record","name":"Envelope","namespace":"pg.public.orders","fields":[
         {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
             {"name":"id","type":"long"},
             {"name":"day","type":["null",{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Date"}],"default":null},
@@ -901,8 +976,7 @@ mod tests {
             let payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             for t in &transcoders {
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let mut out = String::new();
-                    if t.to_json(&payload, &mut out).is_ok() {
+                    if let Ok(out) = checked_json(t, &payload) {
                         serde_json::from_str::<serde::de::IgnoredAny>(&out)
                             .expect("what is written is JSON");
                     }

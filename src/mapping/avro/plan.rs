@@ -70,6 +70,12 @@ impl Planner {
                             bytes_too: true,
                         }
                     }
+                    "fixed"
+                        if logical == "uuid"
+                            && o.get("size").and_then(Json::as_u64) == Some(16) =>
+                    {
+                        Node::UuidFixed
+                    }
                     "fixed" if logical == "decimal" => Node::Decimal {
                         scale: int_attribute(o.get("scale")).unwrap_or(0),
                         bytes_too: false,
