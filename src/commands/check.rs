@@ -14,8 +14,8 @@ use secrecy::ExposeSecret;
 use crate::config::SubjectPart;
 use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
 use crate::kafka::clients;
-use crate::mapping::TopicMapper;
-use crate::registry::{RegistryClient, RegistryError};
+use crate::mapping::{Fit, TopicMapper};
+use crate::registry::{RegisteredSchema, RegistryClient, RegistryError};
 use crate::schema::{Column, ColumnType};
 use crate::{migrate, startup};
 
@@ -430,6 +430,44 @@ async fn check_schemas(
         for field in &fields {
             if !columns.iter().any(|(_, f)| f == field) {
                 let _ = writeln!(out, "  field {field:?}: no column takes it (ignored)");
+            }
+        }
+        check_field_types(name, id, &subject, &schema, mapper, out, problems);
+    }
+}
+
+/// Each field's schema type against the column taking it: a type no value of which converts
+/// into the column is a problem (every record would fail there); one that allows null into a
+/// NOT NULL column a warning (only its null records fail).
+fn check_field_types(
+    name: &str,
+    id: u32,
+    subject: &str,
+    schema: &RegisteredSchema,
+    mapper: &TopicMapper,
+    out: &mut String,
+    problems: &mut Vec<String>,
+) {
+    // The schema compiled and its fields were listed, so an error here was reported already.
+    let Ok(types) = mapper.schema_field_types(schema) else {
+        return;
+    };
+    for (col, field) in mapper.columns_by_whole_field() {
+        let Some(ty) = types.iter().find(|t| t.name == field) else {
+            continue;
+        };
+        match TopicMapper::field_fit(ty, col) {
+            Fit::Fits => {}
+            Fit::Never => problems.push(format!(
+                "topic {name:?}: field {field:?} of schema {id} ({subject:?}) is {}, which never converts into column {} ({})",
+                ty.schema_type, col.name, col.sql_type
+            )),
+            Fit::NullIntoNotNull => {
+                let _ = writeln!(
+                    out,
+                    "  warning: field {field:?} is {}, which may be null, but column {} ({}) is NOT NULL: such records fail",
+                    ty.schema_type, col.name, col.sql_type
+                );
             }
         }
     }

@@ -16,6 +16,7 @@ mod pointer;
 mod protobuf;
 mod rows;
 mod schema_fields;
+mod schema_types;
 mod source;
 #[cfg(test)]
 mod test_support;
@@ -30,6 +31,7 @@ use anyhow::Context as _;
 pub use convert::Hint;
 pub use encode::MAX_JSON_DEPTH;
 pub use rows::{Rows, TableRows};
+pub(crate) use schema_types::{FieldType, Fit};
 pub use source::{Meta, Source};
 
 use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
@@ -293,6 +295,34 @@ impl TopicMapper {
     /// for Debezium).
     pub fn schema_fields(&self, schema: &RegisteredSchema) -> Result<Vec<String>, String> {
         schema_fields::row_fields(schema, self.format == RecordFormat::Debezium)
+    }
+
+    /// For `check`: the type of each field a registered value schema gives the row (the
+    /// `after` record's for Debezium), to hold against the columns that take whole fields.
+    pub(crate) fn schema_field_types(
+        &self,
+        schema: &RegisteredSchema,
+    ) -> Result<Vec<FieldType>, String> {
+        schema_types::row_field_types(schema, self.format == RecordFormat::Debezium)
+    }
+
+    /// For `check`: how a field's type fits the column it goes into.
+    pub(crate) fn field_fit(field: &FieldType, col: &Column) -> Fit {
+        schema_types::fit(field.shapes, col)
+    }
+
+    /// For `check`: the columns that take a whole top-level field of the row (not a pointer
+    /// into one), by that field: their values are the field's, so its type is theirs.
+    pub(crate) fn columns_by_whole_field(&self) -> Vec<(&Column, &str)> {
+        self.table
+            .columns
+            .iter()
+            .zip(&self.sources)
+            .filter_map(|(col, source)| match source {
+                Source::Doc(path) if path.len() == 1 => Some((col, path[0].as_str())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// For `check`: the columns that read the row document, by the top-level field each reads.

@@ -13,40 +13,52 @@ pub(crate) fn row_fields(schema: &RegisteredSchema, debezium: bool) -> Result<Ve
         SchemaKind::Avro => {
             let json: Value =
                 serde_json::from_str(&schema.text).map_err(|e| format!("not JSON: {e}"))?;
-            let mut record = &json;
-            if debezium {
-                let after = record_field(record, "after")
-                    .ok_or("the change event schema has no `after` field")?;
-                record = resolve_record(&json, &after["type"])
-                    .ok_or("`after` is not a record (or a union of null and a record)")?;
-            }
-            if record["type"] != "record" {
-                return Err("the schema is not a record".into());
-            }
-            Ok(names(&record["fields"], "name"))
+            Ok(names(&avro_row(&json, debezium)?["fields"], "name"))
         }
         SchemaKind::Json => {
             let json: Value =
                 serde_json::from_str(&schema.text).map_err(|e| format!("not JSON: {e}"))?;
-            let mut object = &json;
-            if debezium {
-                object = &json["properties"]["after"];
-                if let Some(branch) = ["oneOf", "anyOf"]
-                    .iter()
-                    .filter_map(|k| object[k].as_array())
-                    .flatten()
-                    .find(|b| b["properties"].is_object())
-                {
-                    object = branch;
-                }
-            }
-            Ok(object["properties"]
+            Ok(json_schema_row(&json, debezium)["properties"]
                 .as_object()
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default())
         }
         SchemaKind::Protobuf => ProtobufTranscoder::new(&schema.text)?.row_fields(debezium),
     }
+}
+
+/// The Avro record a row is: the schema itself, or its `after` record for Debezium. Shared with
+/// `schema_types`, so names and types are read from the same record.
+pub(super) fn avro_row(json: &Value, debezium: bool) -> Result<&Value, String> {
+    let mut record = json;
+    if debezium {
+        let after =
+            record_field(record, "after").ok_or("the change event schema has no `after` field")?;
+        record = resolve_record(json, &after["type"])
+            .ok_or("`after` is not a record (or a union of null and a record)")?;
+    }
+    if record["type"] != "record" {
+        return Err("the schema is not a record".into());
+    }
+    Ok(record)
+}
+
+/// The JSON Schema object a row is: the schema itself, or its `after` property (the branch
+/// with properties, when `after` is a union with null) for Debezium.
+pub(super) fn json_schema_row(json: &Value, debezium: bool) -> &Value {
+    let mut object = json;
+    if debezium {
+        object = &json["properties"]["after"];
+        if let Some(branch) = ["oneOf", "anyOf"]
+            .iter()
+            .filter_map(|k| object[k].as_array())
+            .flatten()
+            .find(|b| b["properties"].is_object())
+        {
+            object = branch;
+        }
+    }
+    object
 }
 
 /// A record's field of this name.
@@ -63,16 +75,19 @@ fn resolve_record<'a>(root: &'a Value, ty: &'a Value) -> Option<&'a Value> {
     match ty {
         Value::Object(o) if o.get("type").is_some_and(|t| t == "record") => Some(ty),
         Value::Array(branches) => branches.iter().find_map(|b| resolve_record(root, b)),
-        Value::String(name) => find_named(root, name),
+        Value::String(name) => find_named(root, name).filter(|r| r["type"] == "record"),
         _ => None,
     }
 }
 
-/// The record definition named `name` (full or short) anywhere under `v`.
-fn find_named<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+/// The named type (record, enum or fixed) called `name` (full or short) anywhere under `v`.
+/// Avro names are unique across kinds, so a match is the type the name refers to.
+pub(super) fn find_named<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
     match v {
         Value::Object(o) => {
-            if o.get("type").is_some_and(|t| t == "record") {
+            if o.get("type")
+                .is_some_and(|t| ["record", "error", "enum", "fixed"].iter().any(|k| t == k))
+            {
                 let short = o.get("name").and_then(Value::as_str).unwrap_or_default();
                 let full = match o.get("namespace").and_then(Value::as_str) {
                     Some(ns) => format!("{ns}.{short}"),

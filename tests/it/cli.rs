@@ -1035,3 +1035,91 @@ async fn check_holds_a_registry_schema_against_the_table() {
         out.stdout
     );
 }
+
+/// `check` holds each registry field's type against its column: a field whose type never
+/// converts into the column (an Avro `boolean` into `integer`, a `timestamp-millis` into
+/// `date`, a JSON Schema `boolean` into `uuid`) is a problem naming topic, field, schema type,
+/// column and column type (exit 1); a union with null into a NOT NULL column only a warning;
+/// fields that may convert (a `string` into `integer`) pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_holds_each_registry_field_type_against_its_column() {
+    use crate::helpers::registry::{register, registry_url};
+    use kafka_pg_sink::registry::SchemaKind;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE typed (id bigint PRIMARY KEY, flag integer, at date, \
+             maybe text NOT NULL, digits integer)",
+        )
+        .await
+        .unwrap();
+    db.pool
+        .execute("CREATE TABLE typed_ok (id bigint PRIMARY KEY, flag boolean, at timestamptz, maybe text, digits integer)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let schema = r#"{"type":"record","name":"Typed","namespace":"kps.test","fields":[
+      {"name":"id","type":"long"},{"name":"flag","type":"boolean"},
+      {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+      {"name":"maybe","type":["null","string"],"default":null},
+      {"name":"digits","type":"string"}]}"#;
+    let subject = format!("{}-value", topic.name);
+    let id = register(&subject, SchemaKind::Avro, schema).await;
+    let registry = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut config = SinkConfig::new(&db.url, &topic.name, "typed");
+    config.topic_settings = "format = \"avro\"".into();
+    config.metadata = String::new();
+    config.extra = registry.clone();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    let t = &topic.name;
+    for line in [
+        format!("topic {t:?}: field \"flag\" of schema {id} ({subject:?}) is boolean, which never converts into column flag (integer)"),
+        format!("topic {t:?}: field \"at\" of schema {id} ({subject:?}) is long (timestamp-millis), which never converts into column at (date)"),
+        "warning: field \"maybe\" is [null, string], which may be null, but column maybe (text) is NOT NULL: such records fail".to_string(),
+    ] {
+        assert!(out.stdout.contains(&line), "{line}\n{}", out.stdout);
+    }
+    assert_eq!(
+        out.stdout.matches("never converts").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("\"digits\" of schema"),
+        "{}",
+        out.stdout
+    );
+
+    // The same fields into columns they can go into: no problem.
+    config.table = "typed_ok".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("never converts"), "{}", out.stdout);
+
+    // JSON Schema values are held against the table the same way.
+    let other = TestTopic::create(1).await;
+    db.pool
+        .execute("CREATE TABLE typed_js (id bigint PRIMARY KEY, flag uuid)")
+        .await
+        .unwrap();
+    let js =
+        r#"{"type":"object","properties":{"id":{"type":"integer"},"flag":{"type":"boolean"}}}"#;
+    let js_subject = format!("{}-value", other.name);
+    let js_id = register(&js_subject, SchemaKind::Json, js).await;
+    let mut config = SinkConfig::new(&db.url, &other.name, "typed_js");
+    config.topic_settings = "format = \"json-schema\"".into();
+    config.metadata = String::new();
+    config.extra = registry;
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    let line = format!(
+        "topic {:?}: field \"flag\" of schema {js_id} ({js_subject:?}) is boolean, which never converts into column flag (uuid)",
+        other.name
+    );
+    assert!(out.stdout.contains(&line), "{line}\n{}", out.stdout);
+}

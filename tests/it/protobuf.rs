@@ -427,3 +427,119 @@ async fn debezium_change_events_in_json_schema_reproduce_the_source() {
     assert_eq!(rows.into_iter().collect::<BTreeMap<_, _>>(), state);
     assert!(sink.stop().success());
 }
+
+const JSON_SCHEMA_KEY: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"ItemKey","type":"object",
+  "properties":{"id":{"type":"integer"}},"required":["id"]}"#;
+
+const JSON_SCHEMA_ITEM: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Item","type":"object",
+  "properties":{"name":{"type":"string"},"qty":{"type":"integer"},"ratio":{"type":"number"},
+    "flag":{"type":"boolean"},"at":{"type":"string","format":"date-time"},
+    "tags":{"type":"array","items":{"type":"string"}},"note":{"type":["string","null"]}},
+  "required":["qty"]}"#;
+
+/// JSON Schema keys with upsert and tombstones: the key (its own subject and schema id, after
+/// the wire header) gives the upsert key column, a tombstone deletes its row, and every column
+/// ends as the last record per key wrote it.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_schema_keys_upsert_and_delete() {
+    use std::collections::BTreeMap;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE items (id bigint PRIMARY KEY, name text, qty bigint NOT NULL, \
+             ratio double precision, flag boolean, at timestamptz, tags jsonb, note text)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(2).await;
+    let key_id = register(
+        &format!("{}-key", topic.name),
+        SchemaKind::Json,
+        JSON_SCHEMA_KEY,
+    )
+    .await;
+    let value_id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Json,
+        JSON_SCHEMA_ITEM,
+    )
+    .await;
+    assert_ne!(key_id, value_id);
+    // Every column but the key as PostgreSQL prints it (`::text`, timestamps in UTC), by key.
+    let mut expected: BTreeMap<i64, [Option<String>; 7]> = BTreeMap::new();
+    let mut records = Vec::new();
+    for i in 0..600i64 {
+        let key = i * 37 % 90;
+        let partition = (key % 2) as i32;
+        let key_bytes = framed(key_id, format!(r#"{{"id":{key}}}"#).as_bytes());
+        if i % 7 == 3 {
+            records.push(RawRecord {
+                partition,
+                key: Some(key_bytes),
+                value: None,
+                ..Default::default()
+            });
+            expected.remove(&key);
+            continue;
+        }
+        let qty = i * 1_000_000_007;
+        let ratio = i as f64 / 8.0;
+        let second = i % 60;
+        let note = (i % 3 == 0).then(|| format!("note \"{i}\""));
+        let value = format!(
+            r#"{{"name":"n{i}","qty":{qty},"ratio":{ratio},"flag":{},"at":"2024-05-06T07:08:{second:02}.123456Z","tags":["a","t{i}"],"note":{}}}"#,
+            i % 2 == 0,
+            note.as_deref()
+                .map_or("null".to_string(), |n| serde_json::to_string(n).unwrap()),
+        );
+        expected.insert(
+            key,
+            [
+                Some(format!("n{i}")),
+                Some(qty.to_string()),
+                Some(ratio.to_string()),
+                Some((i % 2 == 0).to_string()),
+                Some(format!("2024-05-06 07:08:{second:02}.123456+00")),
+                Some(format!(r#"["a", "t{i}"]"#)),
+                note,
+            ],
+        );
+        records.push(RawRecord {
+            partition,
+            key: Some(key_bytes),
+            value: Some(framed(value_id, value.as_bytes())),
+            ..Default::default()
+        });
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "items");
+    config.max_records = 41;
+    config.topic_settings = "format = \"json-schema\"\nkey_format = \"json-schema\"\nmode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let actual: BTreeMap<i64, Vec<Option<String>>> = db
+        .rows_as_text(
+            "items",
+            &["id", "name", "qty", "ratio", "flag", "at", "tags", "note"],
+        )
+        .await
+        .into_iter()
+        .map(|row| {
+            let id = row[0].as_deref().and_then(|id| id.parse().ok()).unwrap();
+            (id, row[1..].to_vec())
+        })
+        .collect();
+    let expected: BTreeMap<i64, Vec<Option<String>>> = expected
+        .into_iter()
+        .map(|(id, row)| (id, row.to_vec()))
+        .collect();
+    assert!(
+        !expected.is_empty() && expected.len() < 90,
+        "{}",
+        expected.len()
+    );
+    assert_eq!(actual, expected);
+    assert!(sink.stop().success());
+}

@@ -8,7 +8,7 @@ use kafka_pg_sink::config::{Overrides, RegistrySettings, Settings};
 use kafka_pg_sink::registry::{RegistryClient, RegistryError, SchemaKind};
 
 use crate::helpers::registry::{
-    dev_ca, framed, register, register_at, registry_url, unique_subject, AuthProxy,
+    dev_ca, framed, register, register_at, registry_url, unique_subject, AuthProxy, ClientCert,
     PrivateRegistry, TlsProxy,
 };
 
@@ -359,4 +359,100 @@ async fn https_trusts_the_ca_file_and_only_it() {
         (schema.kind, schema.text.as_str()),
         (SchemaKind::Json, JSON_SCHEMA)
     );
+}
+
+/// Mutual TLS: a registry that requires a client certificate serves the sink configured with
+/// `client_cert_file` and `client_key_file`. Without them every handshake is refused: the sink
+/// writes no row and no dead letter (a registry it cannot reach is never the records' fault)
+/// and its log says the schema could not be fetched, from where, and why (the server's
+/// `CertificateRequired` alert).
+#[tokio::test(flavor = "multi_thread")]
+async fn mutual_tls_reads_records_with_the_client_certificate_and_none_without() {
+    use sqlx::Executor;
+
+    use crate::helpers::db::TestDb;
+    use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
+    use crate::helpers::sink::{Sink, SinkConfig};
+    use crate::helpers::{wait_drained, wait_until};
+
+    let client = tokio::task::spawn_blocking(ClientCert::generate)
+        .await
+        .unwrap();
+    let proxy = TlsProxy::requiring_client_cert(&registry_url(), &client.ca());
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE items (id bigint PRIMARY KEY, note text)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Json,
+        JSON_SCHEMA,
+    )
+    .await;
+    let records: Vec<RawRecord> = (0..50)
+        .map(|i| RawRecord {
+            value: Some(framed(
+                id,
+                format!(r#"{{"id":{i},"note":"n{i}"}}"#).as_bytes(),
+            )),
+            ..Default::default()
+        })
+        .collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let registry = |client_cert: &str| {
+        format!(
+            "\n[schema_registry]\nurl = \"{}\"\nca_file = \"{}\"\ntimeout = \"2s\"\n{client_cert}",
+            proxy.url,
+            dev_ca().display()
+        )
+    };
+    let mut config = SinkConfig::new(&db.url, &topic.name, "items");
+    config.topic_settings = "format = \"json-schema\"\non_error = \"dead_letter\"".into();
+    config.metadata = String::new();
+    config.extra = registry("");
+    let mut sink = Sink::start(&config, "sink-without-cert");
+    wait_until("a refused handshake", Duration::from_secs(60), || async {
+        proxy.refused() > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(db.count("items").await, 0, "no schema, no rows");
+    let letters: i64 = sqlx::query_scalar("SELECT count(*) FROM kafka_dead_letters")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        letters, 0,
+        "an unreachable registry is never the records' fault"
+    );
+    assert!(sink.stop().success());
+    let logs = sink.logs();
+    assert!(
+        logs.contains("cannot fetch the record's schema")
+            && logs.contains(&proxy.url)
+            && logs.contains("CertificateRequired"),
+        "{}",
+        sink.logs_tail(30)
+    );
+
+    config.extra = registry(&format!(
+        "client_cert_file = \"{}\"\nclient_key_file = \"{}\"\n",
+        client.cert().display(),
+        client.key().display()
+    ));
+    let refused = proxy.refused();
+    let mut sink = Sink::start(&config, "sink-with-cert");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, note FROM items ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        (0..50).map(|i| (i, format!("n{i}"))).collect::<Vec<_>>()
+    );
+    assert_eq!(proxy.refused(), refused, "the certificate was accepted");
+    assert!(sink.stop().success());
 }

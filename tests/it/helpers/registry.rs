@@ -380,10 +380,44 @@ pub fn dev_ca() -> std::path::PathBuf {
 pub struct TlsProxy {
     /// The registry's API root over HTTPS.
     pub url: String,
+    /// Connections whose TLS handshake failed (a client that does not trust the server, or
+    /// has no certificate the server requires).
+    refused: Arc<AtomicUsize>,
 }
 
 impl TlsProxy {
+    /// Any client that trusts the server may connect.
     pub fn start(upstream: &str) -> Self {
+        Self::serve(upstream, None)
+    }
+
+    /// Mutual TLS: only a client presenting a certificate signed by the CA in `client_ca` (a
+    /// PEM file) completes the handshake.
+    pub fn requiring_client_cert(upstream: &str, client_ca: &std::path::Path) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(client_ca).expect("client CA file") {
+            roots.add(cert.expect("client CA")).expect("client CA");
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .expect("client verifier");
+        Self::serve(upstream, Some(verifier))
+    }
+
+    /// How many connections failed their TLS handshake so far.
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+
+    fn serve(
+        upstream: &str,
+        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Self {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let ca = dev_ca();
@@ -393,14 +427,18 @@ impl TlsProxy {
             .collect::<Result<Vec<_>, _>>()
             .expect("server.crt");
         let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("server certificate");
+        .expect("TLS versions");
+        let builder = match client_verifier {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder
+            .with_single_cert(chain, key)
+            .expect("server certificate");
         let config = Arc::new(config);
         let upstream = url::Url::parse(upstream).expect("registry URL");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -409,35 +447,144 @@ impl TlsProxy {
             listener.local_addr().unwrap(),
             upstream.path()
         );
+        let refused = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&refused);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (config, upstream) = (Arc::clone(&config), upstream.clone());
-                std::thread::spawn(move || serve_tls(config, stream, &upstream));
+                let counter = Arc::clone(&counter);
+                std::thread::spawn(move || {
+                    if serve_tls(config, stream, &upstream).is_err() {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
             }
         });
-        Self { url }
+        Self { url, refused }
+    }
+}
+
+/// A CA and a client certificate it signed (`CN=kafka-pg-sink test client`, for client
+/// authentication), made with `openssl` (which `scripts/dev-services.sh` installs) in a
+/// directory that lives as long as the returned guard.
+pub struct ClientCert {
+    pub dir: tempfile::TempDir,
+}
+
+impl ClientCert {
+    pub fn generate() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join("client.ext"),
+            "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth\n",
+        )
+        .unwrap();
+        let steps: [&[&str]; 3] = [
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=kafka-pg-sink test client CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "client.key",
+                "-out",
+                "client.csr",
+                "-subj",
+                "/CN=kafka-pg-sink test client",
+            ],
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "client.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                "2",
+                "-days",
+                "2",
+                "-extfile",
+                "client.ext",
+                "-out",
+                "client.crt",
+            ],
+        ];
+        for args in steps {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("run openssl (scripts/dev-services.sh installs it)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Self { dir }
+    }
+
+    /// The CA that signed the client certificate, for the server to trust.
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    pub fn cert(&self) -> std::path::PathBuf {
+        self.dir.path().join("client.crt")
+    }
+
+    pub fn key(&self) -> std::path::PathBuf {
+        self.dir.path().join("client.key")
     }
 }
 
 /// One HTTPS request: read its head, GET the same path from upstream, answer, close. A failed
-/// handshake (a client that does not trust the certificate) just ends the connection.
-fn serve_tls(config: Arc<rustls::ServerConfig>, stream: std::net::TcpStream, upstream: &url::Url) {
+/// handshake (a client that does not trust the certificate, or lacks a required one of its
+/// own) ends the connection and is the error.
+fn serve_tls(
+    config: Arc<rustls::ServerConfig>,
+    stream: std::net::TcpStream,
+    upstream: &url::Url,
+) -> Result<(), ()> {
     use std::io::{Read, Write};
-    let Ok(connection) = rustls::ServerConnection::new(config) else {
-        return;
-    };
+    let connection = rustls::ServerConnection::new(config).map_err(|_| ())?;
     let mut tls = rustls::StreamOwned::new(connection, stream);
     let mut head = Vec::new();
     let mut chunk = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         match tls.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return Err(()),
             Ok(n) => head.extend_from_slice(&chunk[..n]),
         }
     }
     let head = String::from_utf8_lossy(&head);
     let Some(path) = head.split(' ').nth(1) else {
-        return;
+        return Ok(());
     };
     let mut target = upstream.clone();
     target.set_path("");
@@ -462,4 +609,5 @@ fn serve_tls(config: Arc<rustls::ServerConfig>, stream: std::net::TcpStream, ups
     );
     tls.conn.send_close_notify();
     let _ = tls.flush();
+    Ok(())
 }
