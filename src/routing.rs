@@ -1,7 +1,7 @@
 //! Which table a topic's records go to: exact names first, then patterns in the order they
 //! are configured. Patterns also pick up topics created while the sink runs.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 use regex::Regex;
 

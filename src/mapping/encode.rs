@@ -47,15 +47,20 @@ impl TopicMapper {
         // Registry formats are read as the JSON they transcode to; the text lives as long as
         // this call, like the record it came from.
         let transcoded_value;
+        let mut bounded = false;
         let value = match record.value {
             Some(v) if self.value_encoding.uses_registry() => {
-                transcoded_value = self.transcode(v)?;
+                (transcoded_value, bounded) = self.transcode(v)?;
                 Some(transcoded_value.as_bytes())
             }
             other => other,
         };
         if let Some(value) = value {
-            if self.format != RecordFormat::Raw && nests_deeper_than(value, MAX_JSON_DEPTH) {
+            // A transcoder that bounds nesting itself spares the record a second scan.
+            if self.format != RecordFormat::Raw
+                && !bounded
+                && nests_deeper_than(value, MAX_JSON_DEPTH)
+            {
                 return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
             }
         }
@@ -64,7 +69,7 @@ impl TopicMapper {
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
                 if self.key_encoding.uses_registry() {
-                    transcoded_key = self.transcode(k)?;
+                    (transcoded_key, _) = self.transcode(k)?;
                     let raw: &RawValue = serde_json::from_str(&transcoded_key)
                         .map_err(|e| MapError::Wire(format!("the decoded key: {e}")))?;
                     Some(Input::Json(raw))
@@ -95,9 +100,10 @@ impl TopicMapper {
         }
     }
 
-    /// A registry-encoded value or key as JSON text, by the decoder of its schema id; an id not
-    /// learnt yet is asked for (`NeedSchema`), never guessed.
-    fn transcode(&self, bytes: &[u8]) -> Result<String, EncodeError> {
+    /// A registry-encoded value or key as JSON text, by the decoder of its schema id, and
+    /// whether that decoder bounds its nesting; an id not learnt yet is asked for
+    /// (`NeedSchema`), never guessed.
+    fn transcode(&self, bytes: &[u8]) -> Result<(String, bool), EncodeError> {
         let (id, payload) = transcode::split_header(bytes).map_err(MapError::Wire)?;
         let Some(decoder) = self.decoders.get(&id) else {
             return Err(EncodeError::NeedSchema(id));
@@ -106,7 +112,7 @@ impl TopicMapper {
         decoder
             .to_json(payload, &mut json)
             .map_err(|e| MapError::Wire(format!("schema {id}: {e}")))?;
-        Ok(json)
+        Ok((json, decoder.bounds_nesting()))
     }
 
     /// Names the column, its type and where the value came from, so the error says what to fix.
@@ -376,7 +382,7 @@ pub const MAX_JSON_DEPTH: usize = 64;
 
 /// Whether `json` opens more than `limit` nested objects or arrays (strings are skipped), in
 /// one pass without recursion.
-fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
+pub(crate) fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in json {
         if in_string {

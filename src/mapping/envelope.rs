@@ -1,9 +1,9 @@
 //! Record formats: where the row's document is inside the value, what the change is (write
 //! or delete), and what a Connect schema says about field encodings.
 
+use foldhash::{HashMap, HashMapExt as _};
 use std::cell::RefCell;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 

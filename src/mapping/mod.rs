@@ -22,7 +22,7 @@ mod source;
 mod test_support;
 mod transcode;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 use std::fmt;
 use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! JSON pointers (RFC 6901) evaluated lazily over borrowed JSON: only the objects on the way
 //! are scanned, and nothing is copied.
 
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};

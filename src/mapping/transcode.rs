@@ -21,6 +21,12 @@ pub(crate) trait Transcoder: Send + Sync {
     /// and the 4-byte schema id); for Protobuf it still starts with the message-index array.
     /// Appends one JSON value to `out`. An error says what in the payload is wrong.
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String>;
+
+    /// Whether `to_json` refuses values nested deeper than `MAX_JSON_DEPTH` itself, so the
+    /// mapping need not scan its JSON again for depth.
+    fn bounds_nesting(&self) -> bool {
+        false
+    }
 }
 
 /// The Confluent wire format's header: magic byte 0, then the schema id, big-endian.

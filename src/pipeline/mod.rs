@@ -11,7 +11,7 @@
 //! The rebalance callback and the poll loop run on the same thread, so this state is only ever
 //! touched by one thread at a time; the mutex around it is never contended.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! the protocol (claim, take, seal, fail, rewind, reclaim, revoke) is unit-tested without a
 //! broker or a database; the coordinator does the calls and feeds the answers in.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use rdkafka::Offset;
 

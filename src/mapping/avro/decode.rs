@@ -16,6 +16,7 @@ use super::write::{
     push_int, write_date, write_decimal, write_float, write_str, write_time_of_day, write_timestamp,
 };
 use super::{AvroTranscoder, Payload, MAX_JSON_DEPTH};
+use crate::mapping::encode::nests_deeper_than;
 
 /// The most JSON one record may become. An array of nulls (or of empty records) costs no
 /// payload bytes per item, so a few bytes of a bad payload could claim billions of items.
@@ -152,6 +153,12 @@ impl AvroTranscoder {
                 serde_json::from_str::<serde::de::IgnoredAny>(s).map_err(|e| {
                     Failure::Bad(format!("an io.debezium.data.Json string is not JSON: {e}"))
                 })?;
+                // Written as it is, so its nesting counts toward the record's.
+                if nests_deeper_than(s.as_bytes(), MAX_JSON_DEPTH.saturating_sub(depth)) {
+                    return Err(Failure::Bad(format!(
+                        "the value nests deeper than {MAX_JSON_DEPTH} levels"
+                    )));
+                }
                 out.push_str(s);
             }
             Step::String(Text::Uuid) => {

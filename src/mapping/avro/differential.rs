@@ -218,8 +218,8 @@ fn an_array_of_nulls_cannot_claim_unbounded_json() {
 
 #[test]
 fn blocks_with_a_negative_count_carry_their_size_and_read_the_same() {
-    let t = AvroTranscoder::new(r#"{"type":"map","values":{"type":"array","items":"int"}}"#)
-        .unwrap();
+    let t =
+        AvroTranscoder::new(r#"{"type":"map","values":{"type":"array","items":"int"}}"#).unwrap();
     // One map block of -1 entries (then its size, 9 bytes): "k" → an array in two blocks, one
     // of -2 items with its size, one of 1 item.
     let payload = [1, 18, 2, b'k', 3, 4, 2, 4, 2, 6, 0, 0];

@@ -240,6 +240,14 @@ impl AvroTranscoder {
                 Node::JsonText => {
                     serde_json::from_str::<serde::de::IgnoredAny>(s)
                         .map_err(|e| format!("an io.debezium.data.Json string is not JSON: {e}"))?;
+                    if super::encode::nests_deeper_than(
+                        s.as_bytes(),
+                        MAX_JSON_DEPTH.saturating_sub(depth),
+                    ) {
+                        return Err(format!(
+                            "the value nests deeper than {MAX_JSON_DEPTH} levels"
+                        ));
+                    }
                     out.push_str(s);
                 }
                 _ => write_str(s, out),
@@ -375,6 +383,11 @@ impl Transcoder for AvroTranscoder {
             Ok(()) => Ok(()),
         };
         result.inspect_err(|_| out.truncate(start))
+    }
+
+    /// `run` counts the arrays, maps and records around each value.
+    fn bounds_nesting(&self) -> bool {
+        true
     }
 }
 
@@ -954,6 +967,23 @@ mod tests {
         let err = t
             .write(&record(vec![("n", deep)]), PLAIN, 0, &mut out)
             .unwrap_err();
+        assert!(err.contains("nests deeper than 64"), "{err}");
+    }
+
+    #[test]
+    fn json_text_inside_avro_counts_toward_the_nesting_bound() {
+        let schema = r#"{"type":"record","name":"R","fields":[{"name":"j","type":
+            {"type":"string","connect.name":"io.debezium.data.Json"}}]}"#;
+        let json = |depth: usize| {
+            record(vec![(
+                "j",
+                Value::String(format!("{}{}", "[".repeat(depth), "]".repeat(depth))),
+            )])
+        };
+        // The record is one level; its JSON text may add the rest.
+        let shallow = transcode(schema, json(MAX_JSON_DEPTH - 1)).unwrap();
+        assert!(shallow.starts_with(r#"{"j":[[["#), "{shallow}");
+        let err = transcode(schema, json(MAX_JSON_DEPTH)).unwrap_err();
         assert!(err.contains("nests deeper than 64"), "{err}");
     }
 

@@ -11,19 +11,11 @@ use super::{Unit, MAX_DECIMAL_BYTES, MAX_DECIMAL_SCALE};
 
 /// Appends `n` in decimal, zero-padded to `width` digits: the hot path's numbers, without
 /// the formatting machinery.
-pub(super) fn push_digits(out: &mut String, mut n: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let start = i.min(buf.len().saturating_sub(width));
-    out.extend(buf[start..].iter().map(|&b| char::from(b)));
+pub(super) fn push_digits(out: &mut String, n: u64, width: usize) {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(n);
+    out.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
+    out.push_str(digits);
 }
 
 /// Appends a signed integer.
