@@ -14,10 +14,10 @@ mod text;
 
 use std::borrow::Cow;
 
+use crate::mapping::pointer::JsonRef;
 use base64::Engine as _;
 use bytes::{BufMut, BytesMut};
 use postgres_types::{ToSql, Type};
-use serde_json::value::RawValue;
 
 use crate::config::TimeUnit;
 use crate::schema::ColumnType;
@@ -34,7 +34,7 @@ pub(crate) use text::write_raw;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Input<'a> {
     /// Valid JSON text, borrowed: not yet decoded, so a converter reads only what it needs.
-    Json(&'a RawValue),
+    Json(JsonRef<'a>),
     /// A record key that is not JSON, as its UTF-8 text.
     Str(&'a str),
 }
@@ -266,9 +266,9 @@ mod tests {
 
     /// The field's binary COPY form, or the error.
     fn encoded(ty: ColumnType, json: &str, hint: Option<Hint>) -> Result<Vec<u8>, String> {
-        let raw: Box<RawValue> = serde_json::from_str(json).unwrap();
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(json).unwrap();
         let mut out = BytesMut::new();
-        encode(ty, Input::Json(&raw), hint, &mut out).map(|()| out.to_vec())
+        encode(ty, Input::Json(JsonRef::of(&raw)), hint, &mut out).map(|()| out.to_vec())
     }
 
     fn numeric(text: &str) -> Vec<u8> {
@@ -592,7 +592,9 @@ mod tests {
 
     #[test]
     fn an_input_is_json_or_plain_text_and_plain_text_reads_as_a_json_string() {
-        let json = |text: &str| -> Box<RawValue> { serde_json::from_str(text).unwrap() };
+        let json = |text: &str| -> Box<serde_json::value::RawValue> {
+            serde_json::from_str(text).unwrap()
+        };
         let escaped = json(r#""a\"b""#);
         let number = json("12.5");
         let plain = Input::Str(r#"a"b"#);
@@ -600,21 +602,26 @@ mod tests {
         // A JSON string without escapes is borrowed; with them it is decoded once.
         let unescaped = json(r#""ab""#);
         assert!(matches!(
-            Input::Json(&unescaped).string(),
+            Input::Json(JsonRef::of(&unescaped)).string(),
             Ok(Some(Cow::Borrowed("ab")))
         ));
-        assert!(matches!(Input::Json(&escaped).string(), Ok(Some(Cow::Owned(s))) if s == r#"a"b"#));
+        assert!(
+            matches!(Input::Json(JsonRef::of(&escaped)).string(), Ok(Some(Cow::Owned(s))) if s == r#"a"b"#)
+        );
         assert!(matches!(plain.string(), Ok(Some(Cow::Borrowed(r#"a"b"#)))));
-        assert!(matches!(Input::Json(&number).string(), Ok(None)));
+        assert!(matches!(
+            Input::Json(JsonRef::of(&number)).string(),
+            Ok(None)
+        ));
 
         // Only a non-string JSON value has a literal; plain text never does.
-        assert_eq!(Input::Json(&number).literal(), Some("12.5"));
-        assert_eq!(Input::Json(&escaped).literal(), None);
+        assert_eq!(Input::Json(JsonRef::of(&number)).literal(), Some("12.5"));
+        assert_eq!(Input::Json(JsonRef::of(&escaped)).literal(), None);
         assert_eq!(Input::Str("12.5").literal(), None);
 
         // As JSON, plain text is quoted, so it reads like the string it stands for.
         assert_eq!(plain.json_text(), r#""a\"b""#);
-        assert_eq!(Input::Json(&number).json_text(), "12.5");
+        assert_eq!(Input::Json(JsonRef::of(&number)).json_text(), "12.5");
         assert_eq!(Input::Str("12.5").shown(), r#""12.5""#);
         let long = "x".repeat(100);
         assert!(Input::Str(&long).shown().ends_with("(102 bytes)"));

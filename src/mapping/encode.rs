@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use super::convert::{self, write_meta, write_raw, Hint, Input};
 use super::envelope::{self, Op};
+use super::pointer::JsonRef;
 use super::transcode;
 use super::{
     pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
@@ -16,6 +17,19 @@ use super::{
 use crate::config::RecordFormat;
 use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
+use std::sync::Arc;
+
+/// A registry-encoded value as JSON, with what its decoder knows of it.
+struct Transcoded {
+    json: String,
+    /// The decoder refused nesting deeper than `MAX_JSON_DEPTH`.
+    bounded: bool,
+    /// Where each top-level field's value is in `json`, and each field's slot.
+    fields: Option<FieldSpans>,
+}
+
+/// Per top-level field: where its value was written, and the slot that takes it.
+type FieldSpans = (Vec<std::ops::Range<usize>>, Arc<[Option<usize>]>);
 
 /// A column's value for one record, borrowed from the record or the mapping: found for every
 /// column before the row begins, so a missing or null value fails the record with nothing
@@ -48,10 +62,13 @@ impl TopicMapper {
         // this call, like the record it came from.
         let transcoded_value;
         let mut bounded = false;
+        let mut spans = None;
         let value = match record.value {
             Some(v) if self.value_encoding.uses_registry() => {
-                (transcoded_value, bounded) = self.transcode(v)?;
-                Some(transcoded_value.as_bytes())
+                transcoded_value = self.transcode(v, true)?;
+                bounded = transcoded_value.bounded;
+                spans = transcoded_value.fields.as_ref();
+                Some(transcoded_value.json.as_bytes())
             }
             other => other,
         };
@@ -69,18 +86,25 @@ impl TopicMapper {
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
                 if self.key_encoding.uses_registry() {
-                    (transcoded_key, _) = self.transcode(k)?;
-                    let raw: &RawValue = serde_json::from_str(&transcoded_key)
+                    transcoded_key = self.transcode(k, false)?;
+                    let raw: &RawValue = serde_json::from_str(&transcoded_key.json)
                         .map_err(|e| MapError::Wire(format!("the decoded key: {e}")))?;
-                    Some(Input::Json(raw))
+                    Some(Input::Json(JsonRef::of(raw)))
                 } else {
                     Some(envelope::key_document(self.format, k)?)
                 }
             }
             _ => None,
         };
-        let mut slots: Vec<Option<&RawValue>> = vec![None; self.fields.len()];
-        if let Some(doc) = decoded.doc {
+        let mut slots: Vec<Option<JsonRef<'_>>> = vec![None; self.fields.len()];
+        if let (Some(doc), Some((spans, slot_of_field))) = (decoded.doc, spans) {
+            // The transcoder wrote each field as one JSON value and said where.
+            for (span, slot) in spans.iter().zip(slot_of_field.iter()) {
+                if let (Some(slot), Some(text)) = (slot, doc.get(span.clone())) {
+                    slots[*slot] = Some(JsonRef::written(text));
+                }
+            }
+        } else if let Some(doc) = decoded.doc {
             if self.fields.is_empty() {
                 // Nothing to read from it, but a malformed value is still an error.
                 serde_json::from_str::<IgnoredAny>(doc)
@@ -100,19 +124,35 @@ impl TopicMapper {
         }
     }
 
-    /// A registry-encoded value or key as JSON text, by the decoder of its schema id, and
-    /// whether that decoder bounds its nesting; an id not learnt yet is asked for
-    /// (`NeedSchema`), never guessed.
-    fn transcode(&self, bytes: &[u8]) -> Result<(String, bool), EncodeError> {
+    /// A registry-encoded value or key as JSON text, by the decoder of its schema id; an id
+    /// not learnt yet is asked for (`NeedSchema`), never guessed. `fields`: where the decoder
+    /// can say, where each top-level field was written (for a value that is the row).
+    fn transcode(&self, bytes: &[u8], fields: bool) -> Result<Transcoded, EncodeError> {
         let (id, payload) = transcode::split_header(bytes).map_err(MapError::Wire)?;
         let Some(decoder) = self.decoders.get(&id) else {
             return Err(EncodeError::NeedSchema(id));
         };
         let mut json = String::with_capacity(payload.len() * 2 + 16);
-        decoder
-            .to_json(payload, &mut json)
-            .map_err(|e| MapError::Wire(format!("schema {id}: {e}")))?;
-        Ok((json, decoder.bounds_nesting()))
+        let wrong = |e| MapError::Wire(format!("schema {id}: {e}"));
+        let t = &decoder.transcoder;
+        let fields = match &decoder.slots {
+            Some(slots) if fields => {
+                let mut spans = Vec::with_capacity(slots.len());
+                t.to_json_fields(payload, &mut json, &mut spans)
+                    .map_err(wrong)?;
+                // A decoder that reported other than one span per field is not trusted.
+                (spans.len() == slots.len()).then(|| (spans, slots.clone()))
+            }
+            _ => {
+                t.to_json(payload, &mut json).map_err(wrong)?;
+                None
+            }
+        };
+        Ok(Transcoded {
+            json,
+            bounded: t.bounds_nesting(),
+            fields,
+        })
     }
 
     /// Names the column, its type and where the value came from, so the error says what to fix.
@@ -132,11 +172,11 @@ impl TopicMapper {
         i: usize,
         record: &RecordView<'a>,
         doc: Option<&'a str>,
-        slots: &[Option<&'a RawValue>],
+        slots: &[Option<JsonRef<'a>>],
         key: Option<Input<'a>>,
         hints: Option<&envelope::Hints>,
     ) -> Result<Value<'a>, String> {
-        let json = |raw: Option<&'a RawValue>, hint: Option<Hint>| match raw {
+        let json = |raw: Option<JsonRef<'a>>, hint: Option<Hint>| match raw {
             None => Value::Absent,
             Some(r) if r.get() == "null" => Value::Null,
             Some(r) => Value::In(Input::Json(r), hint),
@@ -146,7 +186,7 @@ impl TopicMapper {
                 (_, None) => Value::Absent,
                 (None, Some(doc)) => {
                     let whole: &RawValue = serde_json::from_str(doc).map_err(|e| e.to_string())?;
-                    json(Some(whole), None)
+                    json(Some(JsonRef::of(whole)), None)
                 }
                 (Some((first, rest)), Some(_)) => {
                     let start = self.slot_of[i].and_then(|s| slots[s]);
@@ -176,7 +216,7 @@ impl TopicMapper {
                 Some(Input::Json(raw)) => json(Some(raw), None),
             },
             Source::Meta(m) => Value::Meta(m),
-            Source::Const(raw) => json(Some(raw), None),
+            Source::Const(raw) => json(Some(JsonRef::of(raw)), None),
             Source::Raw => match record.value {
                 Some(v) => Value::Raw(v),
                 None => Value::Null,

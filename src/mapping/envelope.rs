@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use super::pointer::JsonRef;
+
 use super::convert::{Hint, Input};
 use super::pointer;
 use super::MapError;
@@ -44,7 +46,7 @@ pub struct HintCache(RefCell<Option<(u64, Arc<Hints>)>>);
 impl HintCache {
     /// Keyed by a hash of the schema text and the Debezium side, so a changed schema is noticed
     /// without keeping or comparing the old one.
-    fn hints(&self, schema: &RawValue, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
+    fn hints(&self, schema: JsonRef<'_>, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
         let mut hasher = DefaultHasher::new();
         schema.get().hash(&mut hasher);
         field.hash(&mut hasher);
@@ -153,7 +155,7 @@ pub fn decode<'a>(
             };
             Ok(Decoded {
                 op,
-                doc: doc.map(RawValue::get),
+                doc: doc.map(JsonRef::get),
                 hints,
             })
         }
@@ -164,7 +166,7 @@ pub fn decode<'a>(
 /// a plain string. Either way it is what a converter takes, so a key column needs no second
 /// decoding.
 pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<Input<'_>, MapError> {
-    if let Ok(raw) = serde_json::from_slice::<&RawValue>(key) {
+    if let Ok(raw) = serde_json::from_slice::<&RawValue>(key).map(JsonRef::of) {
         if matches!(format, RecordFormat::ConnectJson | RecordFormat::Debezium)
             && raw.get().starts_with('{')
         {
@@ -184,12 +186,17 @@ pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<Input<'_>, MapEr
 
 /// Validated but not built into a tree: only a few envelope fields are read, borrowed from
 /// the consumer's buffer. Invalid JSON is a decode error.
-fn parse_raw(value: &[u8]) -> Result<&RawValue, MapError> {
-    serde_json::from_slice::<&RawValue>(value).map_err(|e| MapError::NotAnObject(e.to_string()))
+fn parse_raw(value: &[u8]) -> Result<JsonRef<'_>, MapError> {
+    serde_json::from_slice::<&RawValue>(value)
+        .map(JsonRef::of)
+        .map_err(|e| MapError::NotAnObject(e.to_string()))
 }
 
 /// `schema` and `payload` of a Connect envelope, if `top` is an object that has a payload.
-fn envelope_parts(top: &RawValue) -> Result<(Option<&RawValue>, Option<&RawValue>), MapError> {
+#[allow(clippy::type_complexity)]
+fn envelope_parts(
+    top: JsonRef<'_>,
+) -> Result<(Option<JsonRef<'_>>, Option<JsonRef<'_>>), MapError> {
     if !top.get().starts_with('{') {
         return Ok((None, None));
     }
@@ -202,7 +209,7 @@ fn envelope_parts(top: &RawValue) -> Result<(Option<&RawValue>, Option<&RawValue
 }
 
 /// Reads `{"type":"struct","fields":[…]}` (or, for Debezium, the struct of `field`).
-fn parse_hints(schema: &RawValue, field: Option<&str>) -> Result<Hints, MapError> {
+fn parse_hints(schema: JsonRef<'_>, field: Option<&str>) -> Result<Hints, MapError> {
     let schema: serde_json::Value =
         serde_json::from_str(schema.get()).map_err(|e| MapError::NotAnObject(e.to_string()))?;
     let mut row = &schema;

@@ -38,7 +38,7 @@ use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, Wr
 use crate::registry::{RegisteredSchema, SchemaKind};
 use crate::schema::{Column, ColumnType, Table};
 use envelope::HintCache;
-use transcode::Transcoder;
+use transcode::Decoder;
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,7 +115,7 @@ pub struct TopicMapper {
     value_encoding: Encoding,
     key_encoding: Encoding,
     /// Schema id → its compiled decoder, built once per id (ids are immutable).
-    decoders: HashMap<u32, Arc<dyn Transcoder>>,
+    decoders: HashMap<u32, Decoder>,
     sources: Vec<Source>,
     /// Top-level document field → slot, for every field a column reads.
     fields: HashMap<String, usize>,
@@ -279,7 +279,21 @@ impl TopicMapper {
         }
         let decoder = transcode::build(schema)
             .map_err(|e| MapError::Schema(format!("schema {id} cannot be used: {e}")))?;
-        self.decoders.insert(id, decoder);
+        // A plain registry format's value is the row itself: its fields go straight to their
+        // slots. (Debezium's row is inside the envelope, and keys are read by pointer.)
+        let slots = match (self.format, decoder.top_fields()) {
+            (RecordFormat::Json, Some(names)) => {
+                Some(names.iter().map(|n| self.fields.get(n).copied()).collect())
+            }
+            _ => None,
+        };
+        self.decoders.insert(
+            id,
+            Decoder {
+                transcoder: decoder,
+                slots,
+            },
+        );
         Ok(())
     }
 

@@ -8,6 +8,30 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+/// One JSON value's text, known to be valid JSON: a value serde_json found in a record, or
+/// one the sink wrote itself (a transcoder's record field). Borrowed and `Copy`, like the
+/// `&RawValue` it stands for, but it can also be made from text the sink produced, which lets
+/// a transcoder hand over its fields without the object being scanned again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonRef<'a>(&'a str);
+
+impl<'a> JsonRef<'a> {
+    /// The JSON text.
+    pub fn get(self) -> &'a str {
+        self.0
+    }
+
+    /// A value serde_json has found, so it is valid.
+    pub(crate) fn of(raw: &'a RawValue) -> Self {
+        JsonRef(raw.get())
+    }
+
+    /// Text the sink wrote as exactly one JSON value (the caller answers for that).
+    pub(crate) fn written(text: &'a str) -> Self {
+        JsonRef(text)
+    }
+}
+
 /// Parses `""` (the whole document) or `/a/b~1c` into unescaped tokens.
 pub fn parse(pointer: &str) -> Result<Vec<String>, String> {
     if pointer.is_empty() {
@@ -24,7 +48,7 @@ pub fn parse(pointer: &str) -> Result<Vec<String>, String> {
 
 /// The value at `path` below `raw`, or `None` where the path leads nowhere (a missing field, an
 /// index past the end, or a scalar on the way).
-pub fn descend<'a>(mut raw: &'a RawValue, path: &[String]) -> Result<Option<&'a RawValue>, String> {
+pub fn descend<'a>(mut raw: JsonRef<'a>, path: &[String]) -> Result<Option<JsonRef<'a>>, String> {
     for token in path {
         let text = raw.get();
         let next = if text.starts_with('{') {
@@ -46,9 +70,10 @@ pub fn descend<'a>(mut raw: &'a RawValue, path: &[String]) -> Result<Option<&'a 
 }
 
 /// The member `name` of an object (the last one, if repeated).
-pub fn field<'a>(raw: &'a RawValue, name: &str) -> Result<Option<&'a RawValue>, String> {
+pub fn field<'a>(raw: JsonRef<'a>, name: &str) -> Result<Option<JsonRef<'a>>, String> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
     de.deserialize_map(FieldVisitor { name, found: None })
+        .map(|found| found.map(JsonRef::of))
         .map_err(|e| e.to_string())
 }
 
@@ -79,7 +104,7 @@ impl<'a> Visitor<'a> for FieldVisitor<'_, 'a> {
 
 /// Element `index` of an array, or `None` past the end. Reads to the end of the array:
 /// serde_json refuses a sequence left half-read.
-fn element(raw: &RawValue, index: usize) -> Result<Option<&RawValue>, String> {
+fn element(raw: JsonRef<'_>, index: usize) -> Result<Option<JsonRef<'_>>, String> {
     struct ElementVisitor(usize);
     impl<'a> Visitor<'a> for ElementVisitor {
         type Value = Option<&'a RawValue>;
@@ -100,6 +125,7 @@ fn element(raw: &RawValue, index: usize) -> Result<Option<&RawValue>, String> {
     }
     let mut de = serde_json::Deserializer::from_str(raw.get());
     de.deserialize_seq(ElementVisitor(index))
+        .map(|found| found.map(JsonRef::of))
         .map_err(|e| e.to_string())
 }
 
@@ -131,7 +157,7 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
 pub(super) fn parse_object<'de>(
     doc: &'de str,
     fields: &HashMap<String, usize>,
-    slots: &mut [Option<&'de RawValue>],
+    slots: &mut [Option<JsonRef<'de>>],
 ) -> Result<(), super::MapError> {
     let mut de = serde_json::Deserializer::from_str(doc);
     de.deserialize_map(ObjectVisitor { fields, slots })
@@ -142,7 +168,7 @@ pub(super) fn parse_object<'de>(
 /// Visits the top-level object; unknown fields are skipped without being decoded.
 struct ObjectVisitor<'a, 'de> {
     fields: &'a HashMap<String, usize>,
-    slots: &'a mut [Option<&'de RawValue>],
+    slots: &'a mut [Option<JsonRef<'de>>],
 }
 
 impl<'de> Visitor<'de> for ObjectVisitor<'_, 'de> {
@@ -156,7 +182,7 @@ impl<'de> Visitor<'de> for ObjectVisitor<'_, 'de> {
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match self.fields.get(key.as_ref()) {
                 // Duplicate keys: the last one wins, as in most JSON readers.
-                Some(&i) => self.slots[i] = Some(map.next_value::<&'de RawValue>()?),
+                Some(&i) => self.slots[i] = Some(JsonRef::of(map.next_value::<&'de RawValue>()?)),
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -171,9 +197,9 @@ mod tests {
     use super::*;
 
     fn at<'a>(doc: &'a RawValue, pointer: &str) -> Option<&'a str> {
-        descend(doc, &parse(pointer).unwrap())
+        descend(JsonRef::of(doc), &parse(pointer).unwrap())
             .unwrap()
-            .map(RawValue::get)
+            .map(JsonRef::get)
     }
 
     #[test]

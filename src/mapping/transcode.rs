@@ -11,6 +11,7 @@
 //! maps → objects; arrays → arrays; unions → their branch; a string declared to hold JSON →
 //! that JSON; NaN and infinities → the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::registry::{RegisteredSchema, SchemaKind};
@@ -27,6 +28,34 @@ pub(crate) trait Transcoder: Send + Sync {
     fn bounds_nesting(&self) -> bool {
         false
     }
+
+    /// The top-level record's field names in the order `to_json_fields` reports them, when
+    /// this decoder can report them (its values are records).
+    fn top_fields(&self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// `to_json`, also pushing onto `spans` where in `out` each top-level field's value was
+    /// written (in `top_fields` order), so the mapping takes them without scanning the object
+    /// again. Each span holds exactly one JSON value. Without `top_fields`, pushes nothing.
+    fn to_json_fields(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: &mut Vec<Range<usize>>,
+    ) -> Result<(), String> {
+        let _ = spans;
+        self.to_json(payload, out)
+    }
+}
+
+/// A learnt schema's decoder, with what the mapping needs to take its fields directly.
+#[derive(Clone)]
+pub(crate) struct Decoder {
+    pub(crate) transcoder: Arc<dyn Transcoder>,
+    /// Per top-level field (in `top_fields` order): the slot of the column(s) reading it.
+    /// `None` when the mapping scans the JSON instead (Debezium envelopes, keys, no fields).
+    pub(crate) slots: Option<Arc<[Option<usize>]>>,
 }
 
 /// The Confluent wire format's header: magic byte 0, then the schema id, big-endian.

@@ -166,8 +166,9 @@ fn random_values_and_their_corruptions_read_the_same_both_ways() {
         for _ in 0..3_000 {
             let value = rng.value(&t.schema);
             let payload = apache_avro::to_avro_datum(&written, value).expect("a valid value");
-            if checked_json(&t, &payload).is_ok() {
+            if let Ok(json) = checked_json(&t, &payload) {
                 agreed += 1;
+                spans_are_the_fields(&t, &payload, &json);
             }
             for _ in 0..3 {
                 let mut bad = payload.clone();
@@ -186,6 +187,22 @@ fn random_values_and_their_corruptions_read_the_same_both_ways() {
     // Many random values are in range (EVERY_TYPE has dozens of fields that can be out of
     // range): the comparison is not only of errors.
     assert!(agreed > 4_000, "only {agreed} values read without error");
+}
+
+/// `to_json_fields` writes what `to_json` writes, and each span is its field's value, as the
+/// mapping takes it instead of scanning the object.
+fn spans_are_the_fields(t: &AvroTranscoder, payload: &[u8], json: &str) {
+    let names = t.top_fields().expect("the test schemas are records");
+    let mut out = String::new();
+    let mut spans = Vec::new();
+    t.to_json_fields(payload, &mut out, &mut spans).unwrap();
+    assert_eq!(out, json);
+    assert_eq!(spans.len(), names.len());
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json).unwrap();
+    for (name, span) in names.iter().zip(spans) {
+        let field: serde_json::Value = serde_json::from_str(&out[span]).expect("one JSON value");
+        assert_eq!(Some(&field), object.get(name), "field {name} of {json}");
+    }
 }
 
 #[test]

@@ -371,9 +371,65 @@ impl AvroTranscoder {
 
 impl Transcoder for AvroTranscoder {
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        self.read(payload, out, None)
+    }
+
+    fn top_fields(&self) -> Option<Vec<String>> {
+        match &self.schema {
+            Schema::Record(record) if matches!(self.steps.get(self.top), Some(Step::Record(_))) => {
+                Some(record.fields.iter().map(|f| f.name.clone()).collect())
+            }
+            _ => None,
+        }
+    }
+
+    fn to_json_fields(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<(), String> {
+        self.read(payload, out, Some(spans))
+    }
+
+    /// `run` counts the arrays, maps and records around each value.
+    fn bounds_nesting(&self) -> bool {
+        true
+    }
+}
+
+impl AvroTranscoder {
+    /// Reads the payload into `out`; with `spans`, notes where each top-level field went.
+    fn read(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: Option<&mut Vec<std::ops::Range<usize>>>,
+    ) -> Result<(), String> {
         let start = out.len();
         let mut input = Input { rest: payload };
-        let read = self.run(self.top, &mut input, 0, out);
+        let read = match (self.steps.get(self.top), spans) {
+            (Some(Step::Record(fields)), Some(spans)) => {
+                out.push('{');
+                let mut read = Ok(());
+                for (i, (key, field)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(key);
+                    let at = out.len();
+                    // The fields of the top-level record are one level down.
+                    read = self.run(*field, &mut input, 1, out);
+                    if read.is_err() {
+                        break;
+                    }
+                    spans.push(at..out.len());
+                }
+                out.push('}');
+                read
+            }
+            _ => self.run(self.top, &mut input, 0, out),
+        };
         let result = match read {
             Err(Failure::EndsEarly) => Err(ends_early(payload)),
             Err(Failure::Bad(reason)) => {
@@ -383,11 +439,6 @@ impl Transcoder for AvroTranscoder {
             Ok(()) => Ok(()),
         };
         result.inspect_err(|_| out.truncate(start))
-    }
-
-    /// `run` counts the arrays, maps and records around each value.
-    fn bounds_nesting(&self) -> bool {
-        true
     }
 }
 
@@ -1181,7 +1232,7 @@ mod tests {
                 ("by", Value::Bytes(vec![0, 1, 254, 255])),
                 ("nothing", some(0, Value::Null)),
             ]);
-            let json = transcode(ROW_SCHEMA, value).unwrap();
+            let json = transcode(ROW_SCHEMA, value.clone()).unwrap();
             let m = mapper(&columns, &[], "");
             let mut rows = m.new_rows();
             encode(&m, &json, &mut rows);
@@ -1228,6 +1279,44 @@ mod tests {
             for ((name, _), (got, want)) in columns.iter().zip(got.iter().zip(&expected)) {
                 assert_eq!(got, want, "column {name}");
             }
+
+            // Read as Avro, the fields go to their columns without the JSON being scanned
+            // (`to_json_fields`), and the row is the same, byte for byte; so are columns
+            // that point into a field, and a column whose field the schema lacks.
+            let pointer_columns = r#"columns = { nested = "/js/x", absent = "/nope" }"#;
+            let mut with = columns.to_vec();
+            with.extend([("nested", Int4), ("absent", Int4)]);
+            let from_json = mapper(&with, &[], pointer_columns);
+            let mut from_avro =
+                mapper(&with, &[], &format!("format = \"avro\"\n{pointer_columns}"));
+            let schema = crate::registry::RegisteredSchema {
+                kind: crate::registry::SchemaKind::Avro,
+                text: ROW_SCHEMA.into(),
+            };
+            from_avro.learn(7, &schema).unwrap();
+            let payload =
+                apache_avro::to_avro_datum(&Schema::parse_str(ROW_SCHEMA).unwrap(), value).unwrap();
+            let framed = [&[0u8, 0, 0, 0, 7][..], &payload].concat();
+            let (mut a, mut b) = (from_json.new_rows(), from_avro.new_rows());
+            encode(&from_json, &json, &mut a);
+            let record = RecordView {
+                topic: "topic",
+                partition: 0,
+                offset: 1,
+                timestamp: None,
+                key: None,
+                value: Some(&framed),
+                headers: &[],
+            };
+            from_avro.encode(&record, &mut b).unwrap();
+            let (a, b) = (
+                first_row(a.shapes[0].buffer.as_bytes()),
+                first_row(b.shapes[0].buffer.as_bytes()),
+            );
+            assert_eq!(a.len(), with.len());
+            assert_eq!(a, b);
+            assert_eq!(a[with.len() - 2], sql(1i32, &Type::INT4));
+            assert_eq!(a[with.len() - 1], None);
         }
 
         #[test]

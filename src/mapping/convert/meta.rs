@@ -6,6 +6,8 @@ use chrono::DateTime;
 use postgres_types::Type;
 use serde_json::value::RawValue;
 
+use crate::mapping::pointer::JsonRef;
+
 use super::number::write_int;
 use super::text::{check_json_text, check_text};
 use super::{encode, to_sql, Input};
@@ -66,7 +68,7 @@ pub(crate) fn write_meta(
                         .map_err(|_| "the record key is not UTF-8 JSON".to_string())?;
                     let raw: &RawValue = serde_json::from_str(s)
                         .map_err(|e| format!("the record key is not JSON: {e}"))?;
-                    encode(col.ty, Input::Json(raw), None, out)
+                    encode(col.ty, Input::Json(JsonRef::of(raw)), None, out)
                 }
             }),
         },
