@@ -4,6 +4,7 @@
 #   scripts/bench.sh --records 20000 --trickle-secs 2 --json bench.json
 #   scripts/bench.sh --only copy,insert --writers 4        # a subset of the scenarios
 #   scripts/bench.sh --only copy,insert,avro,protobuf      # the registry formats against JSON
+#   scripts/bench.sh --only copy,insert,avro --rounds 3    # medians of 3 rounds on a noisy machine
 # BENCH_PROFILE=dev uses the debug build (CI's smoke run: it must finish, numbers mean nothing).
 # Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL, and for avro and protobuf (in the default
 # set) SCHEMA_REGISTRY_URL: eval "$(scripts/dev-services.sh env)"

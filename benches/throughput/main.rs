@@ -47,6 +47,11 @@ struct Args {
         default_value = "copy,insert,avro,protobuf,upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
+    /// Rounds of the COPY ceiling, insert and registry-format scenarios, run in turn; with
+    /// more than one, each ratio is also given as its median over the rounds (a shared,
+    /// noisy machine moves single runs by ±10%).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Extra `[batch]` settings for the sink, as TOML lines (e.g. "max_records = 20000").
     #[arg(long, default_value = "")]
     batch: String,
@@ -192,11 +197,6 @@ async fn main() -> anyhow::Result<()> {
         format!("[batch]\n{}\n", args.batch)
     };
     let mut results = Vec::new();
-    let mut ceiling = None;
-    if wants("copy") {
-        say("COPY ceiling");
-        ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload).await?);
-    }
     let run = |name: &'static str, group: &'static str, mode| SinkRun {
         name,
         bin: &bin,
@@ -209,49 +209,65 @@ async fn main() -> anyhow::Result<()> {
         extra: &batch,
         registry: None,
     };
-    let mut insert = None;
-    if wants("insert") {
-        say("sink, insert mode");
-        insert = Some(
-            scenarios::sink(
-                &run("sink insert", "bench-insert", WriteMode::Insert),
+    let rounds = args.rounds.max(1);
+    let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
+    let (mut ceiling, mut insert, mut by_format) = (None, None, Vec::new());
+    for round in 1..=rounds {
+        if rounds > 1 {
+            say(&format!("round {round} of {rounds}"));
+        }
+        ceiling = None;
+        if wants("copy") {
+            say("COPY ceiling");
+            ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload).await?);
+        }
+        // Each round's sink starts from the beginning: a consumer group of its own.
+        let insert_group = format!("bench-insert-{round}");
+        insert = None;
+        if wants("insert") {
+            say("sink, insert mode");
+            insert = Some(
+                scenarios::sink(
+                    &SinkRun {
+                        group: &insert_group,
+                        ..run("sink insert", "", WriteMode::Insert)
+                    },
+                    &pool,
+                    n,
+                    payload,
+                    true,
+                )
+                .await?,
+            );
+        }
+        by_format = Vec::new();
+        for (format, format_topic, bytes) in &encoded {
+            let name = format.setting();
+            say(&format!("sink, {name}, insert mode"));
+            let measured = scenarios::sink(
+                &SinkRun {
+                    name: match format {
+                        Format::Avro => "sink avro (insert)",
+                        Format::Protobuf => "sink protobuf (insert)",
+                    },
+                    topic: format_topic,
+                    group: &format!("bench-{name}-{round}"),
+                    registry: Some(RegistryFormat {
+                        format: *format,
+                        url: registry_url.as_deref().unwrap_or_default(),
+                        schema_ids: 1,
+                    }),
+                    ..run("", "", WriteMode::Insert)
+                },
                 &pool,
                 n,
-                payload,
+                *bytes,
                 true,
             )
-            .await?,
-        );
-    }
-    let mut by_format = Vec::new();
-    for (format, format_topic, bytes) in &encoded {
-        let name = format.setting();
-        say(&format!("sink, {name}, insert mode"));
-        let measured = scenarios::sink(
-            &SinkRun {
-                name: match format {
-                    Format::Avro => "sink avro (insert)",
-                    Format::Protobuf => "sink protobuf (insert)",
-                },
-                topic: format_topic,
-                group: match format {
-                    Format::Avro => "bench-avro",
-                    Format::Protobuf => "bench-protobuf",
-                },
-                registry: Some(RegistryFormat {
-                    format: *format,
-                    url: registry_url.as_deref().unwrap_or_default(),
-                    schema_ids: 1,
-                }),
-                ..run("", "", WriteMode::Insert)
-            },
-            &pool,
-            n,
-            *bytes,
-            true,
-        )
-        .await?;
-        by_format.push((name, measured));
+            .await?;
+            by_format.push((name, measured));
+        }
+        per_round.push(format_ratios(&ceiling, &insert, &by_format));
     }
     let mut upsert = None;
     if wants("upsert") {
@@ -308,23 +324,31 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
-    let mut ratios = Vec::new();
     let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
-    if let (Some(c), Some(i)) = (rate(&ceiling), rate(&insert)) {
-        ratios.push(("sink insert / COPY".to_string(), i / c));
-        if let Some(steady) = insert.as_ref().and_then(|m| m.steady_rows_per_sec) {
-            ratios.push(("sink insert (steady) / COPY".to_string(), steady / c));
+    // One round: its ratios as measured (the last round's measurements are in the table).
+    // More: each round's ratio, then the median of the rounds.
+    let mut ratios = Vec::new();
+    if rounds == 1 {
+        ratios.extend(per_round.pop().unwrap_or_default());
+    } else {
+        for (i, round) in per_round.iter().enumerate() {
+            ratios.extend(
+                round
+                    .iter()
+                    .map(|(k, v)| (format!("round {}: {k}", i + 1), *v)),
+            );
         }
-    }
-    for (name, m) in &by_format {
-        if let Some(c) = rate(&ceiling) {
-            ratios.push((format!("sink {name} / COPY"), m.rows_per_sec / c));
-            if let Some(steady) = m.steady_rows_per_sec {
-                ratios.push((format!("sink {name} (steady) / COPY"), steady / c));
-            }
-        }
-        if let Some(i) = rate(&insert) {
-            ratios.push((format!("sink {name} / sink insert"), m.rows_per_sec / i));
+        let names: Vec<String> = per_round[0].iter().map(|(k, _)| k.clone()).collect();
+        for name in names {
+            let mut values: Vec<f64> = per_round
+                .iter()
+                .filter_map(|r| r.iter().find(|(k, _)| *k == name).map(|(_, v)| *v))
+                .collect();
+            values.sort_by(f64::total_cmp);
+            ratios.push((
+                format!("median of {rounds}: {name}"),
+                values[values.len() / 2],
+            ));
         }
     }
     if let (Some(c), Some(u)) = (rate(&ceiling), rate(&upsert)) {
@@ -356,6 +380,34 @@ async fn main() -> anyhow::Result<()> {
         say(&format!("wrote {}", path.display()));
     }
     Ok(())
+}
+
+/// The ratios of one round's COPY, insert and registry-format scenarios.
+fn format_ratios(
+    ceiling: &Option<Measurement>,
+    insert: &Option<Measurement>,
+    by_format: &[(&str, Measurement)],
+) -> Vec<(String, f64)> {
+    let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
+    let mut ratios = Vec::new();
+    if let (Some(c), Some(i)) = (rate(ceiling), rate(insert)) {
+        ratios.push(("sink insert / COPY".to_string(), i / c));
+        if let Some(steady) = insert.as_ref().and_then(|m| m.steady_rows_per_sec) {
+            ratios.push(("sink insert (steady) / COPY".to_string(), steady / c));
+        }
+    }
+    for (name, m) in by_format {
+        if let Some(c) = rate(ceiling) {
+            ratios.push((format!("sink {name} / COPY"), m.rows_per_sec / c));
+            if let Some(steady) = m.steady_rows_per_sec {
+                ratios.push((format!("sink {name} (steady) / COPY"), steady / c));
+            }
+        }
+        if let Some(i) = rate(insert) {
+            ratios.push((format!("sink {name} / sink insert"), m.rows_per_sec / i));
+        }
+    }
+    ratios
 }
 
 fn print_report(r: &Report) {
@@ -411,7 +463,7 @@ fn print_report(r: &Report) {
     }
     println!();
     for (name, ratio) in &r.ratios {
-        println!("{name:<34} {ratio:>8.2}x");
+        println!("{name:<48} {ratio:>6.2}x");
     }
     if let Some(t) = &r.trickle {
         println!(
