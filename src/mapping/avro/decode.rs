@@ -271,9 +271,7 @@ impl AvroTranscoder {
                 if reader.ran_out {
                     return Err(Failure::EndsEarly);
                 }
-                let value = decoded.map_err(|e| {
-                    Failure::Bad(format!("the payload is not Avro of its schema: {e}"))
-                })?;
+                let value = decoded.map_err(|e| Failure::Bad(e.to_string()))?;
                 input.rest = reader.rest;
                 self.write(&value, *node, depth, out)?;
             }
