@@ -3,8 +3,6 @@
 
 use foldhash::{HashMap, HashMapExt as _};
 use std::cell::RefCell;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
@@ -41,23 +39,30 @@ pub type Hints = HashMap<String, Hint>;
 /// Remembers the hints of the last schema seen: Connect repeats the schema in every record,
 /// and it rarely changes, so it is parsed once.
 #[derive(Default)]
-pub struct HintCache(RefCell<Option<(u64, Arc<Hints>)>>);
+pub struct HintCache(RefCell<Option<CachedHints>>);
+
+/// A schema's text, the Debezium side it was read for, and its hints.
+struct CachedHints {
+    schema: String,
+    side: Option<String>,
+    hints: Arc<Hints>,
+}
 
 impl HintCache {
-    /// Keyed by a hash of the schema text and the Debezium side, so a changed schema is noticed
-    /// without keeping or comparing the old one.
+    /// Keyed by the schema's text itself: comparing it with the last one is a memory compare,
+    /// cheaper than hashing it, and never mistakes one schema for another.
     fn hints(&self, schema: JsonRef<'_>, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
-        let mut hasher = DefaultHasher::new();
-        schema.get().hash(&mut hasher);
-        field.hash(&mut hasher);
-        let hash = hasher.finish();
-        if let Some((h, hints)) = self.0.borrow().as_ref() {
-            if *h == hash {
-                return Ok(hints.clone());
+        if let Some(c) = self.0.borrow().as_ref() {
+            if c.schema == schema.get() && c.side.as_deref() == field {
+                return Ok(c.hints.clone());
             }
         }
         let hints = Arc::new(parse_hints(schema, field)?);
-        *self.0.borrow_mut() = Some((hash, hints.clone()));
+        *self.0.borrow_mut() = Some(CachedHints {
+            schema: schema.get().to_owned(),
+            side: field.map(str::to_owned),
+            hints: hints.clone(),
+        });
         Ok(hints)
     }
 }
@@ -100,8 +105,12 @@ pub fn decode<'a>(
             })
         }
         RecordFormat::ConnectJson => {
-            let top = parse_raw(value)?;
-            let (schema, payload) = envelope_parts(top)?;
+            let Envelope {
+                top,
+                schema,
+                payload,
+                ..
+            } = read_envelope(value)?;
             match payload {
                 // JsonConverter writes a null value as {"schema": null, "payload": null}.
                 Some(p) if p.get() == "null" => decode(format, None, delete_on_tombstone, cache),
@@ -125,11 +134,15 @@ pub fn decode<'a>(
             }
         }
         RecordFormat::Debezium => {
-            let top = parse_raw(value)?;
-            let (schema, payload) = envelope_parts(top)?;
-            let event = payload.unwrap_or(top);
-            let field = |name: &str| pointer::field(event, name).map_err(MapError::NotAnObject);
-            let op = field("op")?
+            let envelope = read_envelope(value)?;
+            let schema = envelope.schema;
+            // The event's fields: in the payload, or read with the envelope when there is none.
+            let [op, before, after] = match envelope.payload {
+                Some(payload) => pointer::fields(payload.get(), ["op", "before", "after"])
+                    .map_err(MapError::NotAnObject)?,
+                None => envelope.event,
+            };
+            let op = op
                 .and_then(|op| serde_json::from_str::<String>(op.get()).ok())
                 .ok_or_else(|| {
                     MapError::NotAnObject("a Debezium event needs an \"op\" field".into())
@@ -143,7 +156,8 @@ pub fn decode<'a>(
                     )))
                 }
             };
-            let doc = field(side)?.filter(|d| d.get() != "null");
+            let doc = if op == Op::Write { after } else { before };
+            let doc = doc.filter(|d| d.get() != "null");
             if op == Op::Write && doc.is_none() {
                 return Err(MapError::NotAnObject(
                     "a Debezium create or update without \"after\"".into(),
@@ -182,6 +196,44 @@ pub fn key_document(format: RecordFormat, key: &[u8]) -> Result<Input<'_>, MapEr
             "the record key is neither JSON nor UTF-8 text".into(),
         )),
     }
+}
+
+/// A value read as a possible Connect envelope, in one pass over its text.
+struct Envelope<'a> {
+    /// The whole value.
+    top: JsonRef<'a>,
+    /// Only where there is a payload (`schema` alone is no envelope).
+    schema: Option<JsonRef<'a>>,
+    payload: Option<JsonRef<'a>>,
+    /// `op`, `before`, `after` at the top: a Debezium event without an envelope.
+    event: [Option<JsonRef<'a>>; 3],
+}
+
+/// Reads the top-level fields an envelope can have in the same scan that validates the
+/// value; a value that is not an object (or not UTF-8) is read whole, as `parse_raw` reads it.
+fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
+    let object = std::str::from_utf8(value)
+        .ok()
+        .map(str::trim_ascii)
+        .filter(|t| t.starts_with('{'));
+    let Some(text) = object else {
+        return Ok(Envelope {
+            top: parse_raw(value)?,
+            schema: None,
+            payload: None,
+            event: [None; 3],
+        });
+    };
+    let [schema, payload, op, before, after] =
+        pointer::fields(text, ["schema", "payload", "op", "before", "after"])
+            .map_err(MapError::NotAnObject)?;
+    Ok(Envelope {
+        // `fields` read all of it as one JSON object.
+        top: JsonRef::written(text),
+        schema: payload.and(schema),
+        payload,
+        event: [op, before, after],
+    })
 }
 
 /// Validated but not built into a tree: only a few envelope fields are read, borrowed from

@@ -77,6 +77,46 @@ pub fn field<'a>(raw: JsonRef<'a>, name: &str) -> Result<Option<JsonRef<'a>>, St
         .map_err(|e| e.to_string())
 }
 
+/// The members `names` of an object in one pass (the last of each, if repeated), for
+/// envelopes whose few fields are all wanted: one scan instead of one per field. The whole
+/// text must be the object: this is also its validation.
+pub fn fields<'a, const N: usize>(
+    text: &'a str,
+    names: [&str; N],
+) -> Result<[Option<JsonRef<'a>>; N], String> {
+    /// Keeps the value of each wanted name, skips the rest.
+    struct Fields<'n, 'a, const N: usize> {
+        names: [&'n str; N],
+        found: [Option<JsonRef<'a>>; N],
+    }
+    impl<'a, const N: usize> Visitor<'a> for Fields<'_, 'a, N> {
+        type Value = [Option<JsonRef<'a>>; N];
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'a>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+            while let Some(key) = map.next_key_seed(KeySeed)? {
+                match self.names.iter().position(|n| *n == key) {
+                    Some(i) => {
+                        self.found[i] = Some(JsonRef::of(map.next_value::<&'a RawValue>()?));
+                    }
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(self.found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.deserialize_map(Fields {
+        names,
+        found: [None; N],
+    })
+    .and_then(|found| de.end().map(|()| found))
+    .map_err(|e| e.to_string())
+}
+
 /// Reads on after a match, so a repeated name's last value wins, as in `parse_object`.
 struct FieldVisitor<'n, 'a> {
     name: &'n str,
@@ -200,6 +240,18 @@ mod tests {
         descend(JsonRef::of(doc), &parse(pointer).unwrap())
             .unwrap()
             .map(JsonRef::get)
+    }
+
+    #[test]
+    fn fields_are_read_in_one_pass_and_the_text_must_be_one_object() {
+        let [a, b, c] =
+            fields(r#"{"a":1,"x":{"b":2},"b":[3],"a":"last"}"#, ["a", "b", "c"]).unwrap();
+        assert_eq!(a.map(JsonRef::get), Some(r#""last""#));
+        assert_eq!(b.map(JsonRef::get), Some("[3]"));
+        assert_eq!(c, None);
+        assert!(fields(r#"{"a":1} {"a":2}"#, ["a"]).is_err());
+        assert!(fields(r#"{"a":1,"b":tru}"#, ["a"]).is_err());
+        assert!(fields("[1]", ["a"]).unwrap_err().contains("object"));
     }
 
     #[test]
