@@ -92,6 +92,53 @@ pub fn order(i: u64) -> String {
     )
 }
 
+/// The Connect struct schema of an order, as `JsonConverter` with `schemas.enable=true`
+/// writes it in every record.
+const CONNECT_SCHEMA: &str = concat!(
+    r#"{"type":"struct","name":"shop.orders.Value","optional":false,"fields":["#,
+    r#"{"field":"id","type":"string","optional":false},"#,
+    r#"{"field":"customer","type":"string","optional":false},"#,
+    r#"{"field":"amount","type":"string","optional":false},"#,
+    r#"{"field":"currency","type":"string","optional":false},"#,
+    r#"{"field":"status","type":"string","optional":false},"#,
+    r#"{"field":"created_at","type":"string","optional":false,"name":"io.debezium.time.ZonedTimestamp","version":1},"#,
+    r#"{"field":"attrs","type":"struct","name":"shop.orders.Attrs","optional":false,"fields":["#,
+    r#"{"field":"channel","type":"string","optional":false},"#,
+    r#"{"field":"items","type":"int32","optional":false},"#,
+    r#"{"field":"coupon","type":"string","optional":true},"#,
+    r#"{"field":"tags","type":"array","items":{"type":"string","optional":false},"optional":false}]}]}"#
+);
+
+/// Order `i` in Kafka Connect's JSON envelope: the schema, then the order as the payload.
+pub fn connect_order(i: u64) -> String {
+    format!(r#"{{"schema":{CONNECT_SCHEMA},"payload":{}}}"#, order(i))
+}
+
+/// Order `i` as a Debezium create event in the JSON converter's envelope, with the
+/// `source` block Debezium writes.
+pub fn debezium_order(i: u64) -> String {
+    format!(
+        concat!(
+            r#"{{"schema":{{"type":"struct","name":"shop.orders.Envelope","optional":false,"fields":["#,
+            r#"{{"field":"before","optional":true,{before}}},"#,
+            r#"{{"field":"after","optional":true,{after}}},"#,
+            r#"{{"field":"source","type":"struct","optional":false,"name":"io.debezium.connector.postgresql.Source","fields":["#,
+            r#"{{"field":"version","type":"string","optional":false}},{{"field":"connector","type":"string","optional":false}},"#,
+            r#"{{"field":"name","type":"string","optional":false}},{{"field":"ts_ms","type":"int64","optional":false}},"#,
+            r#"{{"field":"db","type":"string","optional":false}},{{"field":"schema","type":"string","optional":false}},"#,
+            r#"{{"field":"table","type":"string","optional":false}},{{"field":"lsn","type":"int64","optional":true}}]}},"#,
+            r#"{{"field":"op","type":"string","optional":false}},{{"field":"ts_ms","type":"int64","optional":true}}]}},"#,
+            r#""payload":{{"before":null,"after":{order},"source":{{"version":"2.7.0.Final","connector":"postgresql","#,
+            r#""name":"shop","ts_ms":{ts},"db":"shop","schema":"public","table":"orders","lsn":{lsn}}},"op":"c","ts_ms":{ts}}}}}"#
+        ),
+        before = &CONNECT_SCHEMA[1..CONNECT_SCHEMA.len() - 1],
+        after = &CONNECT_SCHEMA[1..CONNECT_SCHEMA.len() - 1],
+        order = order(i),
+        ts = 1_700_000_000_000u64 + i,
+        lsn = 24_000_000 + i * 64,
+    )
+}
+
 /// The key of order `i` (its id), so keyed partitioning and upserts line up.
 pub fn key(i: u64) -> String {
     format!("o-{i:010}")

@@ -39,12 +39,13 @@ struct Args {
     trickle_secs: u64,
     #[arg(long, default_value_t = 1000)]
     trickle_rate: u64,
-    /// Scenarios to run, comma-separated: copy, insert, avro, protobuf, upsert, naive,
-    /// strategies, trickle. avro and protobuf need SCHEMA_REGISTRY_URL.
+    /// Scenarios to run, comma-separated: copy, insert, avro, protobuf, connect-json,
+    /// debezium, upsert, naive, strategies, trickle. avro and protobuf need
+    /// SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,avro,protobuf,upsert,naive,strategies,trickle"
+        default_value = "copy,insert,avro,protobuf,connect-json,debezium,upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
     /// Rounds of the COPY ceiling, insert and registry-format scenarios, run in turn; with
@@ -191,6 +192,26 @@ async fn main() -> anyhow::Result<()> {
         encoded.push((*format, topic, bytes));
     }
 
+    // The same orders in the JSON envelopes, which carry the schema in every record.
+    let mut envelopes: Vec<(&'static str, String, u64)> = Vec::new();
+    for (name, encode) in [
+        ("connect-json", data::connect_order as fn(u64) -> String),
+        ("debezium", data::debezium_order),
+    ] {
+        if !wants(name) {
+            continue;
+        }
+        let topic = format!("kps-bench-{name}");
+        say(&format!("producing {n} {name} records"));
+        setup::fresh_topic(&env, &topic, args.partitions).await?;
+        let (_, bytes) = setup::produce(&env, &topic, n, args.partitions, |i| {
+            Ok(encode(i).into_bytes())
+        })
+        .await?;
+        payloads.push((name.to_string(), bytes));
+        envelopes.push((name, topic, bytes));
+    }
+
     let batch = if args.batch.is_empty() {
         String::new()
     } else {
@@ -208,6 +229,7 @@ async fn main() -> anyhow::Result<()> {
         writers: args.writers,
         extra: &batch,
         registry: None,
+        format: None,
     };
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
@@ -258,6 +280,29 @@ async fn main() -> anyhow::Result<()> {
                         schema_ids: 1,
                     }),
                     ..run("", "", WriteMode::Insert)
+                },
+                &pool,
+                n,
+                *bytes,
+                true,
+            )
+            .await?;
+            by_format.push((name, measured));
+        }
+        for (name, envelope_topic, bytes) in &envelopes {
+            // Debezium events are changes, applied in upsert mode (all creates here).
+            let (label, mode) = match *name {
+                "connect-json" => ("sink connect-json (insert)", WriteMode::Insert),
+                _ => ("sink debezium (upsert)", WriteMode::Upsert),
+            };
+            say(&format!("sink, {label}"));
+            let measured = scenarios::sink(
+                &SinkRun {
+                    name: label,
+                    topic: envelope_topic,
+                    group: &format!("bench-{name}-{round}"),
+                    format: Some(name),
+                    ..run("", "", mode)
                 },
                 &pool,
                 n,

@@ -313,6 +313,9 @@ pub struct SinkRun<'a> {
     pub extra: &'a str,
     /// The topic's records are in a registry format (JSON when `None`).
     pub registry: Option<RegistryFormat<'a>>,
+    /// The topic's `format` when it is not plain JSON nor a registry format
+    /// (`connect-json`, `debezium`).
+    pub format: Option<&'a str>,
 }
 
 /// A topic whose records are framed for a Schema Registry.
@@ -386,7 +389,12 @@ pub async fn sink(
             format!("[schema_registry]\nurl = \"{}\"\n", r.url),
             format!("format = \"{}\"\n", r.format.setting()),
         ),
-        None => (String::new(), String::new()),
+        None => (
+            String::new(),
+            run.format
+                .map(|f| format!("format = \"{f}\"\n"))
+                .unwrap_or_default(),
+        ),
     };
     std::fs::write(
         &config,
@@ -484,7 +492,7 @@ pub async fn sink(
         run.writers,
         match &run.registry {
             Some(r) => format!(", {} via the schema registry", r.format.setting()),
-            None => String::new(),
+            None => run.format.map(|f| format!(", {f}")).unwrap_or_default(),
         }
     );
     Ok(m)
