@@ -212,9 +212,10 @@ struct Envelope<'a> {
 /// Reads the top-level fields an envelope can have in the same scan that validates the
 /// value; a value that is not an object (or not UTF-8) is read whole, as `parse_raw` reads it.
 fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
+    // JSON's own whitespace only (`trim_ascii` would also take a form feed, which JSON refuses).
     let object = std::str::from_utf8(value)
         .ok()
-        .map(str::trim_ascii)
+        .map(|t| t.trim_matches([' ', '\t', '\n', '\r']))
         .filter(|t| t.starts_with('{'));
     let Some(text) = object else {
         return Ok(Envelope {
@@ -228,7 +229,7 @@ fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
         pointer::fields(text, ["schema", "payload", "op", "before", "after"])
             .map_err(MapError::NotAnObject)?;
     Ok(Envelope {
-        // `fields` read all of it as one JSON object.
+        // `fields` read all of it as one JSON object, and the whitespace around it is trimmed.
         top: JsonRef::written(text),
         schema: payload.and(schema),
         payload,

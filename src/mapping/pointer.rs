@@ -8,10 +8,11 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-/// One JSON value's text, known to be valid JSON: a value serde_json found in a record, or
+/// One JSON value's text, known to be valid JSON and without whitespace around it (as
+/// serde_json's raw values are, which the converters rely on): a value serde_json found, or
 /// one the sink wrote itself (a transcoder's record field). Borrowed and `Copy`, like the
-/// `&RawValue` it stands for, but it can also be made from text the sink produced, which lets
-/// a transcoder hand over its fields without the object being scanned again.
+/// `&RawValue` it stands for, but it can also be made from text that is known good, which
+/// lets a transcoder hand over its fields without the object being scanned again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonRef<'a>(&'a str);
 
@@ -26,7 +27,8 @@ impl<'a> JsonRef<'a> {
         JsonRef(raw.get())
     }
 
-    /// Text the sink wrote as exactly one JSON value (the caller answers for that).
+    /// Text known to be exactly one JSON value without surrounding whitespace: written by the
+    /// sink, or just validated whole (the caller answers for that).
     pub(crate) fn written(text: &'a str) -> Self {
         JsonRef(text)
     }

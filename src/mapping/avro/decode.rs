@@ -2,10 +2,13 @@
 //! varints, length-prefixed bytes and strings, blocked arrays and maps, union branch indices)
 //! and writes the JSON text as it goes, borrowing strings from the payload.
 //!
-//! It reads exactly what apache-avro's decoder reads, with its checks: an `int` beyond 32
-//! bits, a boolean byte other than 0 or 1, invalid UTF-8, a negative length, an enum or union
-//! index out of range are errors. A payload that ends early is always an error (apache-avro
-//! reads some values at the end of its input as null).
+//! It reads what apache-avro's decoder reads, with its checks: an `int` beyond 32 bits, a
+//! boolean byte other than 0 or 1, invalid UTF-8, a negative length, a length or block count
+//! above its allocation limit, an enum or union index out of range are errors. Where they
+//! differ: a payload that ends early is always an error (apache-avro reads some values at the
+//! end of its input as null); a map's entries are written in payload order, a repeated key
+//! each time (apache-avro keeps the last in a hash map of its own order; JSON readers, jsonb
+//! among them, take the last too); a 16-byte `fixed` uuid is its raw bytes.
 
 use std::fmt::Write as _;
 
@@ -13,10 +16,10 @@ use base64::Engine as _;
 
 use super::program::{Blob, Number, Step, Text};
 use super::write::{
-    push_int, write_date, write_decimal, write_float, write_str, write_time_of_day, write_timestamp,
+    push_int, write_date, write_decimal, write_float, write_json_string, write_str,
+    write_time_of_day, write_timestamp,
 };
-use super::{AvroTranscoder, Payload, MAX_JSON_DEPTH};
-use crate::mapping::encode::nests_deeper_than;
+use super::{AvroTranscoder, Payload, MAX_ALLOCATION_BYTES, MAX_JSON_DEPTH};
 
 /// The most JSON one record may become. An array of nulls (or of empty records) costs no
 /// payload bytes per item, so a few bytes of a bad payload could claim billions of items.
@@ -39,10 +42,12 @@ impl From<String> for Failure {
 
 /// The rest of the payload.
 pub(super) struct Input<'a> {
+    /// What is still unread; it only ever shrinks from the front.
     pub(super) rest: &'a [u8],
 }
 
 impl<'a> Input<'a> {
+    /// The next `n` bytes, borrowed.
     fn take(&mut self, n: usize) -> Result<&'a [u8], Failure> {
         if n > self.rest.len() {
             return Err(Failure::EndsEarly);
@@ -52,6 +57,7 @@ impl<'a> Input<'a> {
         Ok(taken)
     }
 
+    /// The next `N` bytes, for fixed-size values.
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Failure> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N)?);
@@ -73,6 +79,7 @@ impl<'a> Input<'a> {
         ))
     }
 
+    /// An `int`: a varint that must fit 32 bits, as apache-avro's `zag_i32`.
     fn int(&mut self) -> Result<i32, Failure> {
         let n = self.long()?;
         i32::try_from(n).map_err(|_| Failure::Bad(format!("int {n} does not fit 32 bits")))
@@ -81,14 +88,17 @@ impl<'a> Input<'a> {
     /// A length: never negative.
     fn len(&mut self) -> Result<usize, Failure> {
         let n = self.long()?;
-        usize::try_from(n).map_err(|_| Failure::Bad(format!("negative length {n}")))
+        let n = u64::try_from(n).map_err(|_| Failure::Bad(format!("negative length {n}")))?;
+        bounded(n, "length")
     }
 
+    /// Length-prefixed bytes, borrowed.
     fn bytes(&mut self) -> Result<&'a [u8], Failure> {
         let n = self.len()?;
         self.take(n)
     }
 
+    /// A length-prefixed string, borrowed once it is checked to be UTF-8.
     fn str(&mut self) -> Result<&'a str, Failure> {
         std::str::from_utf8(self.bytes()?)
             .map_err(|e| Failure::Bad(format!("a string is not UTF-8: {e}")))
@@ -101,9 +111,71 @@ impl<'a> Input<'a> {
         if n < 0 {
             self.long()?;
         }
-        usize::try_from(n.unsigned_abs())
-            .map_err(|_| Failure::Bad(format!("block count {n} is out of range")))
+        bounded(
+            n.checked_neg().map_or(u64::MAX, i64::unsigned_abs),
+            "block count",
+        )
     }
+}
+
+impl AvroTranscoder {
+    /// Reads the payload into `out`; with `spans`, notes where each top-level field went.
+    pub(super) fn read(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: Option<&mut Vec<std::ops::Range<usize>>>,
+    ) -> Result<(), String> {
+        let start = out.len();
+        let mut input = Input { rest: payload };
+        let read = match (self.steps.get(self.top), spans) {
+            (Some(Step::Record(fields)), Some(spans)) => {
+                out.push('{');
+                let mut read = Ok(());
+                for (i, (key, field)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(key);
+                    let at = out.len();
+                    // The fields of the top-level record are one level down.
+                    read = self.run(*field, &mut input, 1, out);
+                    if read.is_err() {
+                        break;
+                    }
+                    spans.push(at..out.len());
+                }
+                out.push('}');
+                read
+            }
+            _ => self.run(self.top, &mut input, 0, out),
+        };
+        let result = match read {
+            Err(Failure::EndsEarly) => Err(ends_early(payload)),
+            Err(Failure::Bad(reason)) => {
+                Err(format!("the payload is not Avro of its schema: {reason}"))
+            }
+            Ok(()) if !input.rest.is_empty() => Err(trailing(input.rest)),
+            Ok(()) => Ok(()),
+        };
+        result.inspect_err(|_| out.truncate(start))
+    }
+}
+
+/// The error for a payload shorter than its datum.
+pub(super) fn ends_early(payload: &[u8]) -> String {
+    format!(
+        "the Avro payload ends early ({} bytes): it is truncated or not of this schema",
+        payload.len()
+    )
+}
+
+/// The error for bytes after the datum.
+pub(super) fn trailing(rest: &[u8]) -> String {
+    format!(
+        "{} bytes follow the Avro datum: the payload is not of this schema",
+        rest.len()
+    )
 }
 
 impl AvroTranscoder {
@@ -148,19 +220,7 @@ impl AvroTranscoder {
             Step::Bytes(blob) => write_blob(input.bytes()?, *blob, out)?,
             Step::Fixed(size, blob) => write_blob(input.take(*size)?, *blob, out)?,
             Step::String(Text::Plain) => write_str(input.str()?, out),
-            Step::String(Text::Json) => {
-                let s = input.str()?;
-                serde_json::from_str::<serde::de::IgnoredAny>(s).map_err(|e| {
-                    Failure::Bad(format!("an io.debezium.data.Json string is not JSON: {e}"))
-                })?;
-                // Written as it is, so its nesting counts toward the record's.
-                if nests_deeper_than(s.as_bytes(), MAX_JSON_DEPTH.saturating_sub(depth)) {
-                    return Err(Failure::Bad(format!(
-                        "the value nests deeper than {MAX_JSON_DEPTH} levels"
-                    )));
-                }
-                out.push_str(s);
-            }
+            Step::String(Text::Json) => write_json_string(input.str()?, depth, out)?,
             Step::String(Text::Uuid) => {
                 let bytes = input.bytes()?;
                 let uuid = if bytes.len() == 16 {
@@ -178,6 +238,7 @@ impl AvroTranscoder {
                 let _ = write!(out, "\"{}\"", uuid.hyphenated());
             }
             Step::Duration => {
+                nested()?;
                 let b: [u8; 12] = input.array()?;
                 let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
                 let _ = write!(
@@ -302,6 +363,19 @@ fn write_blob(bytes: &[u8], blob: Blob, out: &mut String) -> Result<(), String> 
         }
     }
     Ok(())
+}
+
+/// A length or count as apache-avro bounds it (`safe_len`): at most `MAX_ALLOCATION_BYTES`,
+/// whatever the payload holds, so both read the same records.
+fn bounded(n: u64, what: &str) -> Result<usize, Failure> {
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= MAX_ALLOCATION_BYTES)
+        .ok_or_else(|| {
+            Failure::Bad(format!(
+                "{what} {n} is more than {MAX_ALLOCATION_BYTES} (a corrupt payload)"
+            ))
+        })
 }
 
 /// Stops a record whose JSON has grown past `MAX_JSON_BYTES`.

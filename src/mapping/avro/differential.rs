@@ -9,9 +9,61 @@ use apache_avro::schema::{DecimalSchema, Schema};
 use apache_avro::types::Value;
 use apache_avro::{Days, Decimal, Duration, Millis, Months};
 
+use super::decode::{ends_early, trailing};
 use super::tests::{DEBEZIUM, EVERY_TYPE};
-use super::{checked_json, AvroTranscoder};
+use super::{AvroTranscoder, Payload};
 use crate::mapping::transcode::Transcoder as _;
+
+impl AvroTranscoder {
+    /// The JSON of `payload` as apache-avro decodes it into a value tree, written by `write`:
+    /// what `to_json` must equal, for the tests.
+    fn to_json_by_value(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        let mut reader = Payload {
+            rest: payload,
+            ran_out: false,
+        };
+        // No schemata: every reference is inlined, so no name table is built per record.
+        let decoded =
+            apache_avro::from_avro_datum_schemata(&self.schema, Vec::new(), &mut reader, None);
+        // apache-avro reads a missing boolean, string or union branch at the end of the input
+        // as null, so running out is noticed here, not from its result.
+        if reader.ran_out {
+            return Err(ends_early(payload));
+        }
+        let value = decoded.map_err(|e| format!("the payload is not Avro of its schema: {e}"))?;
+        if !reader.rest.is_empty() {
+            return Err(trailing(reader.rest));
+        }
+        let start = out.len();
+        self.write(&value, self.root, 0, out)
+            .inspect_err(|_| out.truncate(start))
+    }
+}
+
+/// For the tests: `to_json`'s result, once checked against `to_json_by_value`'s (equal JSON,
+/// map entries in any order; or both errors).
+pub(super) fn checked_json(t: &AvroTranscoder, payload: &[u8]) -> Result<String, String> {
+    let mut direct = String::new();
+    let mut by_value = String::new();
+    let a = t.to_json(payload, &mut direct).map(|()| direct);
+    let b = t
+        .to_json_by_value(payload, &mut by_value)
+        .map(|()| by_value);
+    match (&a, &b) {
+        (Ok(x), Ok(y)) => {
+            let parse =
+                |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("JSON is written");
+            assert_eq!(
+                parse(x),
+                parse(y),
+                "direct and by-value JSON of {payload:?}"
+            );
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("direct {a:?} but by value {b:?} for {payload:?}"),
+    }
+    a
+}
 
 /// The benchmark's orders, as an Avro producer writes them, with a map and a big-decimal. (A
 /// fixed uuid is left out: apache-avro 0.21 reads it as length-prefixed bytes, the direct
@@ -198,11 +250,31 @@ fn spans_are_the_fields(t: &AvroTranscoder, payload: &[u8], json: &str) {
     t.to_json_fields(payload, &mut out, &mut spans).unwrap();
     assert_eq!(out, json);
     assert_eq!(spans.len(), names.len());
-    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json).unwrap();
+    // Exactly the text the object scan would take for each field (serde_json's raw value:
+    // no whitespace around it), which the converters rely on.
+    let object: HashMap<String, &serde_json::value::RawValue> = serde_json::from_str(json).unwrap();
     for (name, span) in names.iter().zip(spans) {
-        let field: serde_json::Value = serde_json::from_str(&out[span]).expect("one JSON value");
-        assert_eq!(Some(&field), object.get(name), "field {name} of {json}");
+        let scanned = object.get(name).map(|raw| raw.get());
+        assert_eq!(Some(&out[span]), scanned, "field {name} of {json}");
     }
+}
+
+#[test]
+fn json_text_lands_without_its_whitespace_and_an_empty_decimal_is_no_number() {
+    let t = AvroTranscoder::new(
+        r#"{"type":"record","name":"R","fields":[
+            {"name":"js","type":{"type":"string","connect.name":"io.debezium.data.Json"}},
+            {"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}}]}"#,
+    )
+    .unwrap();
+    let text = "\t\"abc\"\n";
+    let payload = [&[(text.len() * 2) as u8][..], text.as_bytes(), &[2, 0x30]].concat();
+    let json = checked_json(&t, &payload).unwrap();
+    assert_eq!(json, r#"{"js":"abc","d":0.48}"#);
+    spans_are_the_fields(&t, &payload, &json);
+    let empty = [&[(text.len() * 2) as u8][..], text.as_bytes(), &[0]].concat();
+    let err = checked_json(&t, &empty).unwrap_err();
+    assert!(err.contains("no bytes"), "{err}");
 }
 
 #[test]
@@ -222,11 +294,16 @@ fn a_fixed_uuid_is_read_as_its_sixteen_bytes() {
 #[test]
 fn an_array_of_nulls_cannot_claim_unbounded_json() {
     let t = AvroTranscoder::new(r#"{"type":"array","items":"null"}"#).unwrap();
-    // Blocks of 2^61 items that take no bytes each: the count 2^61 zig-zags to 2^62, nine
-    // varint bytes.
+    // One block may claim at most as many items as apache-avro allows (2^24; here 2^61,
+    // whose zig-zag 2^62 is nine varint bytes)...
+    let huge = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 0];
+    let err = checked_json(&t, &huge).unwrap_err();
+    assert!(err.contains("more than 16777216"), "{err}");
+    // ...and many blocks of items that take no bytes each cannot make more JSON than the cap:
+    // 2^24 items zig-zag to 2^25, four varint bytes.
     let mut payload = Vec::new();
-    for _ in 0..3 {
-        payload.extend([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+    for _ in 0..100 {
+        payload.extend([0x80, 0x80, 0x80, 0x10]);
     }
     payload.push(0);
     let err = t.to_json(&payload, &mut String::new()).unwrap_err();

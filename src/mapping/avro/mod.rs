@@ -34,7 +34,6 @@ mod plan;
 mod program;
 mod write;
 
-use decode::{Failure, Input};
 use plan::*;
 use program::Step;
 use write::*;
@@ -50,7 +49,6 @@ use super::MAX_JSON_DEPTH;
 pub(crate) struct AvroTranscoder {
     /// The writer schema with named references replaced by their definitions, so apache-avro
     /// needs no name table, which it would otherwise rebuild for every record.
-    #[cfg_attr(not(test), allow(dead_code))]
     schema: Schema,
     /// How each position's value is written; `plan[PLAIN]` is "as the value says".
     plan: Vec<Node>,
@@ -176,6 +174,7 @@ impl AvroTranscoder {
             &None,
             &mut Vec::new(),
             &mut budget,
+            0,
         )?;
         // Process-wide and set once; this module is apache-avro's only user.
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
@@ -237,19 +236,7 @@ impl AvroTranscoder {
                 }
             },
             Value::String(s) => match node {
-                Node::JsonText => {
-                    serde_json::from_str::<serde::de::IgnoredAny>(s)
-                        .map_err(|e| format!("an io.debezium.data.Json string is not JSON: {e}"))?;
-                    if super::encode::nests_deeper_than(
-                        s.as_bytes(),
-                        MAX_JSON_DEPTH.saturating_sub(depth),
-                    ) {
-                        return Err(format!(
-                            "the value nests deeper than {MAX_JSON_DEPTH} levels"
-                        ));
-                    }
-                    out.push_str(s);
-                }
+                Node::JsonText => write_json_string(s, depth, out)?,
                 _ => write_str(s, out),
             },
             Value::Enum(_, symbol) => write_str(symbol, out),
@@ -353,6 +340,7 @@ impl AvroTranscoder {
             Value::LocalTimestampMicros(t) => write_timestamp(*t, Unit::Micros, false, out)?,
             Value::LocalTimestampNanos(t) => write_timestamp(*t, Unit::Nanos, false, out)?,
             Value::Duration(d) => {
+                nested()?;
                 let _ = write!(
                     out,
                     r#"{{"months":{},"days":{},"millis":{}}}"#,
@@ -398,118 +386,6 @@ impl Transcoder for AvroTranscoder {
     }
 }
 
-impl AvroTranscoder {
-    /// Reads the payload into `out`; with `spans`, notes where each top-level field went.
-    fn read(
-        &self,
-        payload: &[u8],
-        out: &mut String,
-        spans: Option<&mut Vec<std::ops::Range<usize>>>,
-    ) -> Result<(), String> {
-        let start = out.len();
-        let mut input = Input { rest: payload };
-        let read = match (self.steps.get(self.top), spans) {
-            (Some(Step::Record(fields)), Some(spans)) => {
-                out.push('{');
-                let mut read = Ok(());
-                for (i, (key, field)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(key);
-                    let at = out.len();
-                    // The fields of the top-level record are one level down.
-                    read = self.run(*field, &mut input, 1, out);
-                    if read.is_err() {
-                        break;
-                    }
-                    spans.push(at..out.len());
-                }
-                out.push('}');
-                read
-            }
-            _ => self.run(self.top, &mut input, 0, out),
-        };
-        let result = match read {
-            Err(Failure::EndsEarly) => Err(ends_early(payload)),
-            Err(Failure::Bad(reason)) => {
-                Err(format!("the payload is not Avro of its schema: {reason}"))
-            }
-            Ok(()) if !input.rest.is_empty() => Err(trailing(input.rest)),
-            Ok(()) => Ok(()),
-        };
-        result.inspect_err(|_| out.truncate(start))
-    }
-}
-
-impl AvroTranscoder {
-    /// The JSON of `payload` as apache-avro decodes it into a value tree, written by `write`:
-    /// what `to_json` must equal, for the tests.
-    #[cfg(test)]
-    fn to_json_by_value(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
-        let mut reader = Payload {
-            rest: payload,
-            ran_out: false,
-        };
-        // No schemata: every reference is inlined, so no name table is built per record.
-        let decoded =
-            apache_avro::from_avro_datum_schemata(&self.schema, Vec::new(), &mut reader, None);
-        // apache-avro reads a missing boolean, string or union branch at the end of the input
-        // as null, so running out is noticed here, not from its result.
-        if reader.ran_out {
-            return Err(ends_early(payload));
-        }
-        let value = decoded.map_err(|e| format!("the payload is not Avro of its schema: {e}"))?;
-        if !reader.rest.is_empty() {
-            return Err(trailing(reader.rest));
-        }
-        let start = out.len();
-        self.write(&value, self.root, 0, out)
-            .inspect_err(|_| out.truncate(start))
-    }
-}
-
-/// For the tests: `to_json`'s result, once checked against `to_json_by_value`'s (equal JSON,
-/// map entries in any order; or both errors).
-#[cfg(test)]
-pub(super) fn checked_json(t: &AvroTranscoder, payload: &[u8]) -> Result<String, String> {
-    let mut direct = String::new();
-    let mut by_value = String::new();
-    let a = t.to_json(payload, &mut direct).map(|()| direct);
-    let b = t
-        .to_json_by_value(payload, &mut by_value)
-        .map(|()| by_value);
-    match (&a, &b) {
-        (Ok(x), Ok(y)) => {
-            let parse = |s: &str| serde_json::from_str::<Json>(s).expect("JSON is written");
-            assert_eq!(
-                parse(x),
-                parse(y),
-                "direct and by-value JSON of {payload:?}"
-            );
-        }
-        (Err(_), Err(_)) => {}
-        _ => panic!("direct {a:?} but by value {b:?} for {payload:?}"),
-    }
-    a
-}
-
-/// The error for a payload shorter than its datum.
-fn ends_early(payload: &[u8]) -> String {
-    format!(
-        "the Avro payload ends early ({} bytes): it is truncated or not of this schema",
-        payload.len()
-    )
-}
-
-/// The error for bytes after the datum.
-fn trailing(rest: &[u8]) -> String {
-    format!(
-        "{} bytes follow the Avro datum: the payload is not of this schema",
-        rest.len()
-    )
-}
-
 /// The payload as apache-avro reads it, noting whether it asked for more than there was.
 struct Payload<'a> {
     rest: &'a [u8],
@@ -529,6 +405,8 @@ impl Read for Payload<'_> {
 #[cfg(test)]
 mod tests {
     use apache_avro::{Days, Decimal, Duration, Millis, Months};
+
+    use super::differential::checked_json;
     use uuid::Uuid;
 
     use super::*;
@@ -826,7 +704,8 @@ mod tests {
         r#""zoned":"2024-01-01T10:00:00+02:00","t_ms":"12:34:56.789000","#,
         r#""t_us":"24:00:00.000000","t_ns":"00:00:00.000000001","ctime":"00:00:00.000000","#,
         r#""price":123.45,"plain_dec":-0.123,"amount":1.2345,"amount2":500,"#,
-        r#""doc": {"a": [1, "x"]} ,"uid":"0e7a9b3c-1d2e-4f50-8a6b-7c8d9e0f1a2b"}"#,
+        // The JSON text as it was, without the whitespace around it.
+        r#""doc":{"a": [1, "x"]},"uid":"0e7a9b3c-1d2e-4f50-8a6b-7c8d9e0f1a2b"}"#,
     );
 
     /// A Debezium event: `op` with `before` and `after` as given.

@@ -7,6 +7,11 @@ use serde_json::Value as Json;
 use super::write::write_str;
 use super::{Node, Unit, PLAIN};
 
+/// The deepest a schema may nest once its references are inlined: deeper than any record the
+/// JSON depth bound (`MAX_JSON_DEPTH`) lets through, and shallow enough for every recursive
+/// walk of it.
+const MAX_INLINED_DEPTH: usize = 256;
+
 /// Builds the plan from the schema JSON, resolving named types as Avro does.
 pub(super) struct Planner {
     pub(super) nodes: Vec<Node>,
@@ -203,12 +208,21 @@ pub(super) fn inline_refs(
     ns: &Namespace,
     open: &mut Vec<Name>,
     budget: &mut usize,
+    depth: usize,
 ) -> Result<Schema, String> {
     // Each reference gets its own copy, so a few named types that each refer twice to the
     // next would grow into an exponential number of copies: bound the work.
     *budget = budget.checked_sub(1).ok_or(
         "the Avro schema expands into too many nested types (named types referred to again and again)",
     )?;
+    // References can chain far deeper than the schema text nests (each type defined beside
+    // the last, each holding the one before); every walk of the schema recurses that deep.
+    if depth > MAX_INLINED_DEPTH {
+        return Err(format!(
+            "the Avro schema nests deeper than {MAX_INLINED_DEPTH} types once its named types are resolved"
+        ));
+    }
+    let depth = depth + 1;
     Ok(match schema {
         Schema::Ref { name } => {
             let full = name.fully_qualified_name(ns);
@@ -225,33 +239,34 @@ pub(super) fn inline_refs(
                     full.fullname(None)
                 )
             })?;
-            inline_refs(definition, names, &full.namespace, open, budget)?
+            inline_refs(definition, names, &full.namespace, open, budget, depth)?
         }
         Schema::Record(record) => {
             let full = record.name.fully_qualified_name(ns);
             open.push(full.clone());
             let mut copy = record.clone();
             for field in &mut copy.fields {
-                field.schema = inline_refs(&field.schema, names, &full.namespace, open, budget)?;
+                field.schema =
+                    inline_refs(&field.schema, names, &full.namespace, open, budget, depth)?;
             }
             open.pop();
             Schema::Record(copy)
         }
         Schema::Array(array) => {
             let mut copy = array.clone();
-            copy.items = Box::new(inline_refs(&array.items, names, ns, open, budget)?);
+            copy.items = Box::new(inline_refs(&array.items, names, ns, open, budget, depth)?);
             Schema::Array(copy)
         }
         Schema::Map(map) => {
             let mut copy = map.clone();
-            copy.types = Box::new(inline_refs(&map.types, names, ns, open, budget)?);
+            copy.types = Box::new(inline_refs(&map.types, names, ns, open, budget, depth)?);
             Schema::Map(copy)
         }
         Schema::Union(union) => {
             let branches = union
                 .variants()
                 .iter()
-                .map(|b| inline_refs(b, names, ns, open, budget))
+                .map(|b| inline_refs(b, names, ns, open, budget, depth))
                 .collect::<Result<Vec<_>, _>>()?;
             Schema::Union(
                 UnionSchema::new(branches).map_err(|e| format!("invalid Avro schema: {e}"))?,

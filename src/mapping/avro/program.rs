@@ -17,12 +17,17 @@ use super::{Node, Unit, PLAIN};
 /// How one schema position is read and written; positions refer to others by index.
 #[derive(Debug, Clone)]
 pub(super) enum Step {
+    /// Nothing to read; `null`.
     Null,
+    /// One byte, 0 or 1.
     Boolean,
     /// An `int`: zig-zag varint that must fit 32 bits.
     Int(Number),
+    /// A `long`: zig-zag varint of up to ten bytes.
     Long(Number),
+    /// Four bytes, little-endian.
     Float,
+    /// Eight bytes, little-endian.
     Double,
     /// Length-prefixed bytes.
     Bytes(Blob),
@@ -35,8 +40,11 @@ pub(super) enum Step {
     Duration,
     /// The symbols, each already a JSON string.
     Enum(Vec<String>),
+    /// Blocks of items of this step, up to an empty block.
     Array(usize),
+    /// Blocks of string keys and values of this step.
     Map(usize),
+    /// A branch index, then that branch's step.
     Union(Vec<usize>),
     /// Each field's JSON key (quoted, with the colon) and step.
     Record(Vec<(String, usize)>),
@@ -101,6 +109,7 @@ struct Compiler<'a> {
 }
 
 impl Compiler<'_> {
+    /// Adds a step; its index is how others refer to it.
     fn push(&mut self, step: Step) -> usize {
         self.steps.push(step);
         self.steps.len() - 1

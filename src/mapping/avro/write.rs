@@ -78,8 +78,32 @@ pub(super) fn write_float<F: std::fmt::Display + std::fmt::Debug>(
     }
 }
 
+/// A string that holds JSON (`io.debezium.data.Json`), written as that JSON: checked, its
+/// surrounding whitespace dropped (a value found in JSON never has any, and the converters
+/// rely on that), and its nesting counted from `depth`, where it is written.
+pub(super) fn write_json_string(s: &str, depth: usize, out: &mut String) -> Result<(), String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(s)
+        .map_err(|e| format!("an io.debezium.data.Json string is not JSON: {e}"))?;
+    let json = s.trim_matches([' ', '\t', '\n', '\r']);
+    if crate::mapping::encode::nests_deeper_than(
+        json.as_bytes(),
+        super::MAX_JSON_DEPTH.saturating_sub(depth),
+    ) {
+        return Err(format!(
+            "the value nests deeper than {} levels",
+            super::MAX_JSON_DEPTH
+        ));
+    }
+    out.push_str(json);
+    Ok(())
+}
+
 /// A big-endian two's-complement unscaled integer with `scale`, as an exact JSON number.
+/// No bytes at all is no number (Java's `BigInteger` refuses it too), not zero.
 pub(super) fn write_decimal(bytes: &[u8], scale: i64, out: &mut String) -> Result<(), String> {
+    if bytes.is_empty() {
+        return Err("a decimal of no bytes".into());
+    }
     if bytes.len() > MAX_DECIMAL_BYTES {
         return Err(format!(
             "a decimal of {} bytes is too long (at most {MAX_DECIMAL_BYTES})",
