@@ -87,6 +87,8 @@ fn accepted(ty: ColumnType) -> Shapes {
         T::Uuid => Shapes::STRING.or(Shapes::UUID),
         // Base64 strings only.
         T::Bytea => Shapes::STRING,
+        // Only a JSON array; its elements are not held against the element type here.
+        T::Array(_) => Shapes::ARRAY,
     }
 }
 
