@@ -446,6 +446,23 @@ mod tests {
     ]}"#;
 
     #[test]
+    fn array_columns_take_only_fields_that_become_json_arrays() {
+        let f = types(SchemaKind::Avro, AVRO, false);
+        let ints = ColumnType::Array(crate::schema::ArrayOf {
+            element: &ColumnType::Int8,
+            element_oid: 20,
+        });
+        // A string is never split or parsed into an array; only an Avro array (and a
+        // Debezium Json string, which may hold anything) can fill one.
+        let fitting: Vec<String> = f
+            .iter()
+            .map(|t| t.name.clone())
+            .filter(|n| !never(&f, ints).contains(n))
+            .collect();
+        assert_eq!(fitting, ["tags", "doc"]);
+    }
+
+    #[test]
     fn avro_types_that_never_convert_are_told_from_those_that_may() {
         let f = types(SchemaKind::Avro, AVRO, false);
         // Numbers take numbers and strings (a string may hold digits); never a boolean, a
