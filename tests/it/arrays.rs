@@ -25,15 +25,17 @@ use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// Every element type the sink writes as a scalar, as an array column; `moods` is an array
-/// of an enum and `codes` of a domain, whose element OIDs are not their base types'.
+/// of an enum and `codes` of a domain, whose element OIDs are not their base types', and
+/// `points` a domain over an array.
 const TABLE: &str = "
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE DOMAIN code AS varchar(5) CHECK (VALUE <> '');
+CREATE DOMAIN scores AS int2[] CHECK (cardinality(VALUE) <= 4);
 CREATE TABLE lists (
     id bigint PRIMARY KEY,
     texts text[], ints int4[], smalls int2[], bigs int8[], nums numeric[], flags bool[],
     ids uuid[], ats timestamptz[], locals timestamp[], docs jsonb[], floats float8[],
-    reals float4[], days date[], blobs bytea[], moods mood[], codes code[],
+    reals float4[], days date[], blobs bytea[], moods mood[], codes code[], points scores,
     kafka_partition int, kafka_offset bigint)";
 
 /// (column, its type, how PostgreSQL reads one element `e` of the produced JSON array, as
@@ -55,6 +57,7 @@ const ORACLE: &[(&str, &str, &str)] = &[
     ("blobs", "bytea[]", "decode(e #>> '{}', 'base64')"),
     ("moods", "mood[]", "(e #>> '{}')::mood"),
     ("codes", "code[]", "(e #>> '{}')::code"),
+    ("points", "scores", "(e #>> '{}')::int2"),
 ];
 
 /// Record `i`: each column an array of a length and with NULLs where `i` puts them, or
@@ -87,6 +90,7 @@ fn record(i: i64) -> Value {
         "blobs": list(&|k| json!(base64_of(&[k as u8, 0xff, 0, (i % 256) as u8]))),
         "moods": list(&|k| json!(["sad", "ok", "happy"][k % 3])),
         "codes": list(&|k| json!(format!("c{}", (i * 10 + k as i64) % 1000))),
+        "points": list(&|k| json!(k as i64 - i)),
     });
     match i % 7 {
         // Absent and null columns are NULL; an empty list is an empty array, not NULL.
@@ -104,20 +108,52 @@ fn base64_of(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Records whose arrays can never be written, each with the column at fault: a nested
-/// (two-dimensional) array, a scalar where a list belongs, PostgreSQL's text form as a string,
-/// and elements their element type refuses.
-fn bad_records() -> Vec<(Value, &'static str)> {
+/// Records whose arrays can never be written, each with the column at fault and the dead
+/// letter's kind: a nested (two-dimensional) array, a scalar where a list belongs,
+/// PostgreSQL's text form as a string, and elements their element type refuses (`mapping`,
+/// found by the sink); an element too long for `varchar(5)` and an array the domain's CHECK
+/// refuses (`rejected`, found by PostgreSQL).
+fn bad_records() -> Vec<(Value, &'static str, &'static str)> {
     vec![
-        (json!({"id": 9001, "ints": [[1, 2], [3, 4]]}), "ints"),
-        (json!({"id": 9002, "texts": ["a", ["b"]]}), "texts"),
-        (json!({"id": 9003, "ints": 5}), "ints"),
-        (json!({"id": 9004, "bigs": "{1,2}"}), "bigs"),
-        (json!({"id": 9005, "ids": ["not-a-uuid"]}), "ids"),
-        (json!({"id": 9006, "smalls": [1, 40000]}), "smalls"),
-        (json!({"id": 9007, "flags": [true, "yes"]}), "flags"),
-        (json!({"id": 9008, "texts": ["nul \u{0} inside"]}), "texts"),
-        (json!({"id": 9009, "blobs": ["***"]}), "blobs"),
+        (
+            json!({"id": 9001, "ints": [[1, 2], [3, 4]]}),
+            "ints",
+            "mapping",
+        ),
+        (
+            json!({"id": 9002, "texts": ["a", ["b"]]}),
+            "texts",
+            "mapping",
+        ),
+        (json!({"id": 9003, "ints": 5}), "ints", "mapping"),
+        (json!({"id": 9004, "bigs": "{1,2}"}), "bigs", "mapping"),
+        (json!({"id": 9005, "ids": ["not-a-uuid"]}), "ids", "mapping"),
+        (
+            json!({"id": 9006, "smalls": [1, 40000]}),
+            "smalls",
+            "mapping",
+        ),
+        (
+            json!({"id": 9007, "flags": [true, "yes"]}),
+            "flags",
+            "mapping",
+        ),
+        (
+            json!({"id": 9008, "texts": ["nul \u{0} inside"]}),
+            "texts",
+            "mapping",
+        ),
+        (json!({"id": 9009, "blobs": ["***"]}), "blobs", "mapping"),
+        (
+            json!({"id": 9010, "codes": ["c1", "toolong"]}),
+            "codes",
+            "rejected",
+        ),
+        (
+            json!({"id": 9011, "points": [1, 2, 3, 4, 5]}),
+            "points",
+            "rejected",
+        ),
     ]
 }
 
@@ -206,9 +242,9 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
         if partition == 0 {
             offset += 1;
             if i % 10 == 0 && (i / 10) < bad.len() as i64 {
-                let (doc, column) = &bad[(i / 10) as usize];
+                let (doc, column, kind) = &bad[(i / 10) as usize];
                 records.push(RawRecord::json(0, &doc.to_string()));
-                bad_at.insert(offset, *column);
+                bad_at.insert(offset, (*column, *kind));
                 offset += 1;
             }
         }
@@ -268,7 +304,8 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
         Some(format!("{{{},{},{},NULL}}", doc(0), doc(1), doc(2)))
     );
 
-    // Each bad record is a `mapping` dead letter naming its column and what was wrong.
+    // Each bad record is a dead letter of its kind naming its column (the sink's) or the
+    // SQLSTATE (PostgreSQL's), and what was wrong.
     let letters = dead_letters(&db, &topic.name).await;
     assert_eq!(
         letters.iter().map(|l| l.0).collect::<Vec<_>>(),
@@ -276,9 +313,16 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
         "{letters:?}"
     );
     for (offset, kind, message) in &letters {
-        let column = bad_at[offset];
-        assert_eq!(kind, "mapping", "{message}");
-        assert!(message.contains(column), "offset {offset}: {message}");
+        let (column, expected) = bad_at[offset];
+        assert_eq!(kind, expected, "{message}");
+        if kind == "mapping" {
+            assert!(
+                message.contains(&format!("column {column} (")),
+                "offset {offset}: {message}"
+            );
+        } else {
+            assert!(message.contains("SQLSTATE"), "offset {offset}: {message}");
+        }
     }
     let message = |n: usize| letters[n].2.clone();
     assert!(
@@ -326,6 +370,12 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
         "{}",
         message(8)
     );
+    assert!(
+        message(9).contains("character varying(5)"),
+        "{}",
+        message(9)
+    );
+    assert!(message(10).contains("scores_check"), "{}", message(10));
 }
 
 #[tokio::test(flavor = "multi_thread")]
