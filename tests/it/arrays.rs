@@ -1,7 +1,8 @@
 //! PostgreSQL array columns through the real broker and database: JSON arrays of every
 //! element type with NULL elements, empty arrays and escaped Unicode text, in append and
-//! upsert mode; nested arrays, scalars and bad elements as dead letters; Avro arrays through
-//! the real registry; and `check` listing the array columns as writable.
+//! upsert mode; nested arrays, scalars and bad elements as dead letters; Avro arrays and
+//! Protobuf repeated fields through the real registry; and `check` listing the array columns
+//! as writable.
 //!
 //! What landed is compared with what was produced by letting PostgreSQL itself read each
 //! produced array (its own text input of every element, through `json_array_elements`): an
@@ -549,4 +550,118 @@ async fn check_lists_array_columns_as_writable() {
             .unwrap_or_else(|| panic!("no line for {column}:\n{}", out.stdout));
         assert!(line.contains(sql_type) && line.contains("<-"), "{line}");
     }
+}
+
+/// Repeated Protobuf fields of several kinds, for the second end-to-end path.
+const PROTO: &str = r#"syntax = "proto3";
+package kps.arrays;
+import "google/protobuf/timestamp.proto";
+
+message Lists {
+  int64 id = 1;
+  repeated string texts = 2;
+  repeated int64 bigs = 3;
+  repeated bool flags = 4;
+  repeated double floats = 5;
+  repeated bytes blobs = 6;
+  repeated google.protobuf.Timestamp ats = 7;
+  enum Mood { sad = 0; ok = 1; happy = 2; }
+  repeated Mood moods = 8;
+  repeated int32 empty = 9;
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn protobuf_repeated_fields_land_in_array_columns() {
+    use prost_reflect::prost::Message as _;
+    use prost_reflect::{DynamicMessage, Value as Proto};
+
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+             CREATE TABLE plists (id bigint PRIMARY KEY, texts text[], bigs int8[], flags bool[],
+                floats float8[], blobs bytea[], ats timestamptz[], moods mood[], empty int4[])",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Protobuf,
+        PROTO,
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lists.proto"), PROTO).unwrap();
+    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
+    compiler.include_imports(true);
+    compiler.open_file("lists.proto").unwrap();
+    let pool = compiler.descriptor_pool();
+    let mut m = DynamicMessage::new(pool.get_message_by_name("kps.arrays.Lists").unwrap());
+    let list = |values: Vec<Proto>| Proto::List(values);
+    m.set_field_by_name("id", Proto::I64(7));
+    m.set_field_by_name(
+        "texts",
+        list(vec![
+            Proto::String("a b".into()),
+            Proto::String("é\"{}".into()),
+        ]),
+    );
+    m.set_field_by_name("bigs", list(vec![Proto::I64(i64::MIN), Proto::I64(0)]));
+    m.set_field_by_name("flags", list(vec![Proto::Bool(true), Proto::Bool(false)]));
+    m.set_field_by_name("floats", list(vec![Proto::F64(0.25), Proto::F64(-1e300)]));
+    m.set_field_by_name("blobs", list(vec![Proto::Bytes(vec![0xff, 0].into())]));
+    let mut ts = DynamicMessage::new(
+        pool.get_message_by_name("google.protobuf.Timestamp")
+            .unwrap(),
+    );
+    ts.set_field_by_name("seconds", Proto::I64(1_700_000_000));
+    ts.set_field_by_name("nanos", Proto::I32(123_456_000));
+    m.set_field_by_name("ats", list(vec![Proto::Message(ts)]));
+    m.set_field_by_name(
+        "moods",
+        list(vec![Proto::EnumNumber(2), Proto::EnumNumber(0)]),
+    );
+    // The first top-level message: the index array is the single byte 0.
+    let mut payload = vec![0];
+    payload.extend(m.encode_to_vec());
+    produce_raw(
+        &producer(),
+        &topic.name,
+        &[RawRecord {
+            partition: 0,
+            value: Some(framed(id, &payload)),
+            ..Default::default()
+        }],
+    )
+    .await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "plists");
+    config.topic_settings = "format = \"protobuf\"\non_error = \"dead_letter\"".into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    let columns = [
+        "id", "texts", "bigs", "flags", "floats", "blobs", "ats", "moods", "empty",
+    ];
+    let text = |s: &str| Some(s.to_string());
+    assert_eq!(
+        db.rows_as_text("plists", &columns).await,
+        vec![vec![
+            text("7"),
+            text(r#"{"a b","é\"{}"}"#),
+            text("{-9223372036854775808,0}"),
+            text("{t,f}"),
+            text("{0.25,-1e+300}"),
+            text(r#"{"\\xff00"}"#),
+            text(r#"{"2023-11-14 22:13:20.123456+00"}"#),
+            text("{happy,sad}"),
+            text("{}"),
+        ]]
+    );
 }
