@@ -35,7 +35,8 @@ pub enum ColumnType {
 /// that OID travels along.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArrayOf {
-    /// Always a scalar: `scalar` is the only source of these references.
+    /// A scalar: `describe` takes it from `scalar` only, and an element type that is an
+    /// array is refused when a value is written.
     pub element: &'static ColumnType,
     /// The element type as the column declares it (`pg_type.typelem`).
     pub element_oid: u32,
@@ -78,7 +79,7 @@ impl ColumnType {
     }
 
     /// The type each value is converted to: an array's element type, else the type itself.
-    pub fn scalar_part(self) -> ColumnType {
+    pub(crate) fn scalar_part(self) -> ColumnType {
         match self {
             ColumnType::Array(of) => *of.element,
             other => other,
@@ -266,6 +267,24 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_are_described_by_their_declared_element_and_its_base_type() {
+        assert_eq!(ColumnType::from_oids(23, 0, 0), Some(ColumnType::Int4));
+        assert_eq!(ColumnType::from_oids(600, 0, 0), None, "point");
+        // int4[]; an array of an enum (element OID its own, base text); of an unsupported type.
+        assert_eq!(
+            ColumnType::from_oids(1007, 23, 23),
+            Some(ColumnType::Array(ArrayOf {
+                element: &ColumnType::Int4,
+                element_oid: 23
+            }))
+        );
+        let of_enum = ColumnType::from_oids(16_390, 16_391, 25).unwrap();
+        assert_eq!(of_enum.scalar_part(), ColumnType::Text);
+        assert!(matches!(of_enum, ColumnType::Array(a) if a.element_oid == 16_391));
+        assert_eq!(ColumnType::from_oids(1017, 600, 600), None, "point[]");
+    }
 
     #[test]
     fn identifiers_are_quoted_and_escaped() {
