@@ -25,29 +25,65 @@ pub enum ColumnType {
     Json,
     Jsonb,
     Bytea,
+    /// A one-dimensional array of one of the types above.
+    Array(ArrayOf),
+}
+
+/// What an array column holds. Each element is written as a column of `element` would be;
+/// the binary array format also names the element type, and PostgreSQL refuses an array
+/// whose element OID is not exactly the column's (a domain or an enum, not its base), so
+/// that OID travels along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayOf {
+    /// A scalar: `describe` takes it from `scalar` only, and an element type that is an
+    /// array is refused when a value is written.
+    pub element: &'static ColumnType,
+    /// The element type as the column declares it (`pg_type.typelem`).
+    pub element_oid: u32,
 }
 
 impl ColumnType {
-    /// Maps a base type OID (after resolving domains) to a supported type.
-    fn from_oid(oid: u32) -> Option<Self> {
+    /// Maps a base type OID (after resolving domains) to a supported scalar type. A
+    /// `'static` reference, so an array's element type can point at it and stay `Copy`.
+    fn scalar(oid: u32) -> Option<&'static Self> {
         Some(match oid {
-            25 | 1043 | 1042 | 19 => ColumnType::Text, // text, varchar, bpchar, name
-            21 => ColumnType::Int2,
-            23 => ColumnType::Int4,
-            20 => ColumnType::Int8,
-            1700 => ColumnType::Numeric,
-            700 => ColumnType::Float4,
-            701 => ColumnType::Float8,
-            16 => ColumnType::Bool,
-            1184 => ColumnType::Timestamptz,
-            1114 => ColumnType::Timestamp,
-            1082 => ColumnType::Date,
-            2950 => ColumnType::Uuid,
-            114 => ColumnType::Json,
-            3802 => ColumnType::Jsonb,
-            17 => ColumnType::Bytea,
+            25 | 1043 | 1042 | 19 => &ColumnType::Text, // text, varchar, bpchar, name
+            21 => &ColumnType::Int2,
+            23 => &ColumnType::Int4,
+            20 => &ColumnType::Int8,
+            1700 => &ColumnType::Numeric,
+            700 => &ColumnType::Float4,
+            701 => &ColumnType::Float8,
+            16 => &ColumnType::Bool,
+            1184 => &ColumnType::Timestamptz,
+            1114 => &ColumnType::Timestamp,
+            1082 => &ColumnType::Date,
+            2950 => &ColumnType::Uuid,
+            114 => &ColumnType::Json,
+            3802 => &ColumnType::Jsonb,
+            17 => &ColumnType::Bytea,
             _ => return None,
         })
+    }
+
+    /// A column's type from what `COLUMNS_SQL` found: `element_oid` is non-zero for arrays,
+    /// whose elements must then be of a supported scalar type (`element_base`).
+    fn from_oids(base_oid: u32, element_oid: u32, element_base: u32) -> Option<Self> {
+        if element_oid == 0 {
+            return Self::scalar(base_oid).copied();
+        }
+        Some(ColumnType::Array(ArrayOf {
+            element: Self::scalar(element_base)?,
+            element_oid,
+        }))
+    }
+
+    /// The type each value is converted to: an array's element type, else the type itself.
+    pub(crate) fn scalar_part(self) -> ColumnType {
+        match self {
+            ColumnType::Array(of) => *of.element,
+            other => other,
+        }
     }
 }
 
@@ -113,7 +149,7 @@ pub fn quote_ident(name: &str) -> String {
 pub enum SchemaError {
     #[error("table {schema}.{table} does not exist (or the sink's role cannot see it)")]
     Missing { schema: String, table: String },
-    #[error("column {column} of {table} has type {sql_type}, which the sink cannot write; supported: text/varchar/enum, int2/4/8, numeric, float4/8, bool, timestamptz, timestamp, date, uuid, json, jsonb, bytea")]
+    #[error("column {column} of {table} has type {sql_type}, which the sink cannot write; supported: text/varchar/enum, int2/4/8, numeric, float4/8, bool, timestamptz, timestamp, date, uuid, json, jsonb, bytea, and one-dimensional arrays of these")]
     Unsupported {
         table: String,
         column: String,
@@ -123,19 +159,28 @@ pub enum SchemaError {
     Db(#[from] sqlx::Error),
 }
 
-/// What the mapping must know per column: the base type, NOT NULL (a domain's too), whether a
-/// default applies (identity BY DEFAULT counts) and whether the column may be written at all.
+/// What the mapping must know per column: the base type, for an array its element type (as
+/// declared, and its base), NOT NULL (a domain's too), whether a default applies (identity BY
+/// DEFAULT counts) and whether the column may be written at all.
 const COLUMNS_SQL: &str = "
 SELECT a.attname::text,
        -- Domains are written as their base type; enum values travel as their label text.
        CASE WHEN t.typtype = 'e' THEN 25
             ELSE COALESCE(NULLIF(t.typbasetype, 0), t.oid)::oid::int8 END AS base_oid,
+       -- An array (or a domain over one) is the array type of its element: `typarray` tells
+       -- true arrays from fixed-length types with a `typelem` (point, name) and from
+       -- int2vector/oidvector. 0 when the column is no array.
+       COALESCE(e.oid, 0)::int8 AS element_oid,
+       CASE WHEN e.typtype = 'e' THEN 25
+            ELSE COALESCE(NULLIF(e.typbasetype, 0), e.oid, 0)::oid::int8 END AS element_base,
        format_type(a.atttypid, a.atttypmod) AS sql_type,
        a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS not_null,
        a.atthasdef OR a.attidentity = 'd' AS has_default,
        a.attidentity = 'a' OR a.attgenerated <> '' AS never_written
   FROM pg_attribute a
   JOIN pg_type t ON t.oid = a.atttypid
+  JOIN pg_type b ON b.oid = COALESCE(NULLIF(t.typbasetype, 0), t.oid)
+  LEFT JOIN pg_type e ON e.oid = b.typelem AND e.typarray = b.oid
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY a.attnum";
 
@@ -163,22 +208,34 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         schema: schema.into(),
         table: table.into(),
     })?;
-    let rows: Vec<(String, i64, String, bool, bool, bool)> = sqlx::query_as(COLUMNS_SQL)
+    type Row = (String, i64, i64, i64, String, bool, bool, bool);
+    let rows: Vec<Row> = sqlx::query_as(COLUMNS_SQL)
         .bind(sqlx::postgres::types::Oid(oid as u32))
         .fetch_all(pool)
         .await?;
     let mut columns = Vec::new();
     let mut skipped = Vec::new();
-    for (name, base_oid, sql_type, not_null, has_default, never_written) in rows {
+    for (
+        name,
+        base_oid,
+        element_oid,
+        element_base,
+        sql_type,
+        not_null,
+        has_default,
+        never_written,
+    ) in rows
+    {
         if never_written {
             skipped.push(name);
             continue;
         }
-        let ty = ColumnType::from_oid(base_oid as u32).ok_or_else(|| SchemaError::Unsupported {
-            table: format!("{schema}.{table}"),
-            column: name.clone(),
-            sql_type: sql_type.clone(),
-        })?;
+        let ty = ColumnType::from_oids(base_oid as u32, element_oid as u32, element_base as u32)
+            .ok_or_else(|| SchemaError::Unsupported {
+                table: format!("{schema}.{table}"),
+                column: name.clone(),
+                sql_type: sql_type.clone(),
+            })?;
         columns.push(Column {
             name,
             ty,
@@ -210,6 +267,24 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_are_described_by_their_declared_element_and_its_base_type() {
+        assert_eq!(ColumnType::from_oids(23, 0, 0), Some(ColumnType::Int4));
+        assert_eq!(ColumnType::from_oids(600, 0, 0), None, "point");
+        // int4[]; an array of an enum (element OID its own, base text); of an unsupported type.
+        assert_eq!(
+            ColumnType::from_oids(1007, 23, 23),
+            Some(ColumnType::Array(ArrayOf {
+                element: &ColumnType::Int4,
+                element_oid: 23
+            }))
+        );
+        let of_enum = ColumnType::from_oids(16_390, 16_391, 25).unwrap();
+        assert_eq!(of_enum.scalar_part(), ColumnType::Text);
+        assert!(matches!(of_enum, ColumnType::Array(a) if a.element_oid == 16_391));
+        assert_eq!(ColumnType::from_oids(1017, 600, 600), None, "point[]");
+    }
 
     #[test]
     fn identifiers_are_quoted_and_escaped() {

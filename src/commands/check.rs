@@ -227,7 +227,7 @@ fn unstated_unit_warning(topic: &TopicSettings, col: &Column) -> String {
         }
         _ => "an integer",
     };
-    let (reading, setting) = if col.ty == ColumnType::Date {
+    let (reading, setting) = if col.ty.scalar_part() == ColumnType::Date {
         (
             "days since the epoch when below 10,000,000 in magnitude, else epoch milliseconds",
             format!(

@@ -4,9 +4,11 @@
 //! `encode` takes a value from the record (JSON, or a key that is plain text) and dispatches
 //! on the column type; how numbers, dates and times, and text and JSON become bytes lives
 //! beside it (`number`, `datetime`, `text`), and the record's metadata and whole raw value
-//! have their own writers (`meta::write_meta`, `text::write_raw`). The tests of `encode` for
-//! each column type stay in this file, where README's claims point at them.
+//! have their own writers (`meta::write_meta`, `text::write_raw`). An array column's value
+//! is a JSON array whose elements go through the same scalar converter (`array`). The tests of
+//! `encode` for each column type stay in this file, where README's claims point at them.
 
+mod array;
 mod datetime;
 mod meta;
 mod number;
@@ -110,6 +112,23 @@ pub(crate) fn encode(
     hint: Option<Hint>,
     out: &mut BytesMut,
 ) -> Result<(), String> {
+    match ty {
+        ColumnType::Array(of) => array::write_array(of, input, hint, out),
+        _ => encode_scalar(ty, input, hint, out),
+    }
+}
+
+/// One value of a scalar type: a column's, or an array's element (which must not be an
+/// array itself: PostgreSQL has no arrays of arrays, only more dimensions).
+fn encode_scalar(
+    ty: ColumnType,
+    input: Input<'_>,
+    hint: Option<Hint>,
+    out: &mut BytesMut,
+) -> Result<(), String> {
+    if let ColumnType::Array(_) = ty {
+        return Err("an array's element cannot be an array".into());
+    }
     match hint {
         Some(Hint::Decimal { scale }) => {
             // JsonConverter writes a Decimal as base64 of its unscaled integer (the default,
@@ -210,6 +229,8 @@ pub(crate) fn encode(
                 .map_err(|e| format!("not valid base64: {e}"))?;
             out.put_slice(&bytes);
         }
+        // Refused on entry: an array is never converted as a scalar.
+        ColumnType::Array(_) => {}
     }
     Ok(())
 }

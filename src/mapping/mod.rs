@@ -414,10 +414,11 @@ impl TopicMapper {
     }
 }
 
-/// The column types an integer time can go into.
+/// The column types an integer time can go into; an array's elements are read as a column
+/// of their type would be, so arrays of these too.
 fn is_time(ty: ColumnType) -> bool {
     matches!(
-        ty,
+        ty.scalar_part(),
         ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
     )
 }
@@ -431,7 +432,12 @@ fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<Configu
         .map(|c| {
             topic
                 .time_unit
-                .filter(|_| matches!(c.ty, ColumnType::Timestamptz | ColumnType::Timestamp))
+                .filter(|_| {
+                    matches!(
+                        c.ty.scalar_part(),
+                        ColumnType::Timestamptz | ColumnType::Timestamp
+                    )
+                })
                 .map(ConfiguredUnit::Topic)
         })
         .collect();
@@ -445,7 +451,7 @@ fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<Configu
                 col.sql_type
             ));
         }
-        if unit == TimeUnit::Days && col.ty != ColumnType::Date {
+        if unit == TimeUnit::Days && col.ty.scalar_part() != ColumnType::Date {
             return Err(format!(
                 "time_units.{name}: \"days\" fits date columns only; {name:?} is {}",
                 col.sql_type

@@ -544,6 +544,66 @@ fn time_units_apply_per_topic_and_per_column() {
 }
 
 #[test]
+fn time_units_apply_to_each_element_of_an_array_of_times() {
+    use crate::schema::ArrayOf;
+    let array = |element: &'static ColumnType, element_oid| {
+        ColumnType::Array(ArrayOf {
+            element,
+            element_oid,
+        })
+    };
+    let columns = vec![
+        col("ts", array(&ColumnType::Timestamptz, 1184), false, false),
+        col("ds", array(&ColumnType::Date, 1082), false, false),
+        col("plain", array(&ColumnType::Timestamp, 1114), false, false),
+    ];
+    let m = mapper(
+        columns.clone(),
+        "time_unit = \"us\"\n[time_units]\nds = \"days\"",
+    );
+    let rows = encode(
+        &m,
+        r#"{"ts":[1700000000123456,null],"ds":[-1],"plain":[-1]}"#,
+    )
+    .unwrap();
+    let f = fields(&rows);
+    // Header (ndim 1, has NULL, OID, length, lower bound), then the elements.
+    let mut ts = [1i32, 1, 1184, 2, 1].map(i32::to_be_bytes).concat();
+    ts.extend(8i32.to_be_bytes());
+    ts.extend(pg_micros(1_700_000_000_123_456).unwrap());
+    ts.extend((-1i32).to_be_bytes());
+    assert_eq!(f[0], Some(ts));
+    let mut ds = [1i32, 0, 1082, 1, 1].map(i32::to_be_bytes).concat();
+    ds.extend(4i32.to_be_bytes());
+    ds.extend((-10_958i32).to_be_bytes()); // 1969-12-31
+    assert_eq!(f[1], Some(ds));
+    let mut plain = [1i32, 0, 1114, 1, 1].map(i32::to_be_bytes).concat();
+    plain.extend(8i32.to_be_bytes());
+    plain.extend(pg_micros(-1).unwrap());
+    assert_eq!(f[2], Some(plain), "the topic's unit, microseconds");
+    assert_eq!(m.time_unit(1), Some(TimeUnit::Days));
+    // Without a unit, `check` warns about arrays of times as about times.
+    let m = mapper(columns, "");
+    assert!(m.guesses_time_unit(0) && m.guesses_time_unit(1));
+    let err = TopicMapper::new(
+        &topic("[time_units]\nts = \"days\""),
+        table(
+            vec![col(
+                "ts",
+                array(&ColumnType::Timestamptz, 1184),
+                false,
+                false,
+            )],
+            &[],
+        ),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("\"days\" fits date columns only"), "{err}");
+}
+
+#[test]
 fn a_schema_unit_beats_the_topic_unit_but_must_agree_with_a_column_unit() {
     let columns = || {
         vec![

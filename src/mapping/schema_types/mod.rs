@@ -87,6 +87,8 @@ fn accepted(ty: ColumnType) -> Shapes {
         T::Uuid => Shapes::STRING.or(Shapes::UUID),
         // Base64 strings only.
         T::Bytea => Shapes::STRING,
+        // Only a JSON array; its elements are not held against the element type here.
+        T::Array(_) => Shapes::ARRAY,
     }
 }
 
@@ -442,6 +444,23 @@ mod tests {
       {"name":"vsd","type":{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data",
         "fields":[{"name":"scale","type":"int"},{"name":"value","type":"bytes"}]}}
     ]}"#;
+
+    #[test]
+    fn array_columns_take_only_fields_that_become_json_arrays() {
+        let f = types(SchemaKind::Avro, AVRO, false);
+        let ints = ColumnType::Array(crate::schema::ArrayOf {
+            element: &ColumnType::Int8,
+            element_oid: 20,
+        });
+        // A string is never split or parsed into an array; only an Avro array (and a
+        // Debezium Json string, which may hold anything) can fill one.
+        let fitting: Vec<String> = f
+            .iter()
+            .map(|t| t.name.clone())
+            .filter(|n| !never(&f, ints).contains(n))
+            .collect();
+        assert_eq!(fitting, ["tags", "doc"]);
+    }
 
     #[test]
     fn avro_types_that_never_convert_are_told_from_those_that_may() {
