@@ -49,6 +49,24 @@ struct CachedHints {
 }
 
 impl HintCache {
+    /// A value laid out exactly as the JsonConverter writes it, `{"schema":S,"payload":P}`,
+    /// whose `S` is the last schema seen, byte for byte: its schema and payload found with a
+    /// memory compare instead of a scan of the schema (most of a Connect record's bytes).
+    /// The payload is checked to be one JSON value and all that follows; anything else
+    /// (spacing, another field, another schema) is `None`, and the value is read in full.
+    fn known_envelope<'a>(&self, text: &'a str) -> Option<(JsonRef<'a>, JsonRef<'a>)> {
+        const HEAD: &str = r#"{"schema":"#;
+        const MIDDLE: &str = r#","payload":"#;
+        let cached = self.0.borrow();
+        let known = cached.as_ref()?.schema.as_str();
+        let rest = text.strip_prefix(HEAD)?.strip_prefix(known)?;
+        let payload = rest.strip_prefix(MIDDLE)?.strip_suffix('}')?;
+        let payload = serde_json::from_str::<&RawValue>(payload).ok()?;
+        // Equal to the cached text, which was read as one JSON value when it was first seen.
+        let schema = JsonRef::written(&text[HEAD.len()..HEAD.len() + known.len()]);
+        Some((schema, JsonRef::of(payload)))
+    }
+
     /// Keyed by the schema's text itself: comparing it with the last one is a memory compare,
     /// cheaper than hashing it, and never mistakes one schema for another.
     fn hints(&self, schema: JsonRef<'_>, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
@@ -110,7 +128,7 @@ pub fn decode<'a>(
                 schema,
                 payload,
                 ..
-            } = read_envelope(value)?;
+            } = read_envelope(value, cache)?;
             match payload {
                 // JsonConverter writes a null value as {"schema": null, "payload": null}.
                 Some(p) if p.get() == "null" => decode(format, None, delete_on_tombstone, cache),
@@ -134,7 +152,7 @@ pub fn decode<'a>(
             }
         }
         RecordFormat::Debezium => {
-            let envelope = read_envelope(value)?;
+            let envelope = read_envelope(value, cache)?;
             let schema = envelope.schema;
             // The event's fields: in the payload, or read with the envelope when there is none.
             let [op, before, after] = match envelope.payload {
@@ -211,7 +229,7 @@ struct Envelope<'a> {
 
 /// Reads the top-level fields an envelope can have in the same scan that validates the
 /// value; a value that is not an object (or not UTF-8) is read whole, as `parse_raw` reads it.
-fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
+fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>, MapError> {
     // JSON's own whitespace only (`trim_ascii` would also take a form feed, which JSON refuses).
     let object = std::str::from_utf8(value)
         .ok()
@@ -225,6 +243,14 @@ fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
             event: [None; 3],
         });
     };
+    if let Some((schema, payload)) = cache.known_envelope(text) {
+        return Ok(Envelope {
+            top: JsonRef::written(text),
+            schema: Some(schema),
+            payload: Some(payload),
+            event: [None; 3],
+        });
+    }
     let [schema, payload, op, before, after] =
         pointer::fields(text, ["schema", "payload", "op", "before", "after"])
             .map_err(MapError::NotAnObject)?;
@@ -358,6 +384,54 @@ mod tests {
             decode(RecordFormat::Json, None, true, &cache).unwrap().op,
             Op::Delete
         );
+    }
+
+    #[test]
+    fn a_known_schema_is_recognised_by_its_bytes_and_anything_else_is_read_in_full() {
+        let cache = HintCache::default();
+        let schema = r#"{"type":"struct","fields":[{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"}]}"#;
+        let record = |payload: &str| format!(r#"{{"schema":{schema},"payload":{payload}}}"#);
+        // The row document and the day's hint, owned.
+        let read = |v: &str| {
+            decode(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(|d| {
+                let day = d.hints.and_then(|h| h.get("day").copied());
+                (d.doc.map(str::to_owned), day)
+            })
+        };
+        let known = |v: &str| {
+            cache
+                .known_envelope(v)
+                .map(|(s, p)| (s.get().to_owned(), p.get().to_owned()))
+        };
+        let date = Some(Hint::Epoch(TimeUnit::Days));
+        // Unknown at first: read in full, and the schema remembered.
+        assert!(known(&record(r#"{"day":1}"#)).is_none());
+        assert_eq!(
+            read(&record(r#"{"day":1}"#)).unwrap(),
+            (Some(r#"{"day":1}"#.into()), date)
+        );
+        // Now the same layout is found by comparing bytes, with the same answer.
+        assert_eq!(
+            known(&record(r#"{"day":2}"#)),
+            Some((schema.to_owned(), r#"{"day":2}"#.to_owned()))
+        );
+        assert_eq!(
+            read(&record(r#"{"day":2}"#)).unwrap(),
+            (Some(r#"{"day":2}"#.into()), date)
+        );
+        // Whatever is not exactly that layout is read in full, as before: a field after the
+        // payload, spacing, a repeated payload, another schema.
+        let extra = format!(r#"{{"schema":{schema},"payload":{{"day":3}},"x":1}}"#);
+        let spaced = format!(r#"{{"schema": {schema},"payload":{{"day":3}}}}"#);
+        let twice = format!(r#"{{"schema":{schema},"payload":{{"day":3}},"payload":{{"day":4}}}}"#);
+        let other = r#"{"schema":{"type":"struct","fields":[]},"payload":{"day":3}}"#;
+        for v in [&extra, &spaced, &twice, other] {
+            assert!(known(v).is_none(), "{v}");
+        }
+        assert_eq!(read(&extra).unwrap().0.as_deref(), Some(r#"{"day":3}"#));
+        assert_eq!(read(&twice).unwrap().0.as_deref(), Some(r#"{"day":4}"#));
+        // A broken payload is still an error.
+        assert!(read(&record(r#"{"day":}"#)).is_err());
     }
 
     #[test]
