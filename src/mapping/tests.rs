@@ -1113,3 +1113,44 @@ fn metadata_columns_take_every_documented_type() {
     let err = m.encode(&r, &mut m.new_rows()).unwrap_err();
     assert!(format!("{err:?}").contains("not JSON"), "{err:?}");
 }
+
+/// The depth check as first written, byte by byte: what the `memchr` version must equal.
+fn depth_byte_by_byte(json: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_depth_check_skips_strings_as_a_byte_by_byte_scan_does(
+        text in proptest::collection::vec(proptest::sample::select(b"{}[]\"\\a,:".to_vec()), 0..120),
+        limit in 0usize..6,
+    ) {
+        proptest::prop_assert_eq!(
+            encode::nests_deeper_than(&text, limit),
+            depth_byte_by_byte(&text, limit)
+        );
+    }
+}
