@@ -74,8 +74,11 @@ impl TopicMapper {
         };
         if let Some(value) = value {
             // A transcoder that bounds nesting itself spares the record a second scan.
-            if self.format != RecordFormat::Raw
-                && !bounded
+            // Envelopes are checked as they are read (a known schema need not be scanned).
+            if !matches!(
+                self.format,
+                RecordFormat::Raw | RecordFormat::ConnectJson | RecordFormat::Debezium
+            ) && !bounded
                 && nests_deeper_than(value, MAX_JSON_DEPTH)
             {
                 return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
@@ -421,45 +424,30 @@ impl TopicMapper {
 pub const MAX_JSON_DEPTH: usize = 64;
 
 /// Whether `json` opens more than `limit` nested objects or arrays (strings are skipped), in
-/// one pass without recursion. It runs on every record before it is decoded, so string
-/// contents (most of a record's bytes, and nearly all of a Connect schema's) are skipped with
-/// `memchr` rather than looked at byte by byte.
+/// one pass without recursion.
 pub(crate) fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
-    let mut depth = 0usize;
-    let mut at = 0;
-    while let Some(found) = memchr::memchr3(b'"', b'{', b'[', &json[at..]) {
-        let i = at + found;
-        // Closing brackets between the last string or opening bracket and this one.
-        let closed = json[at..i]
-            .iter()
-            .filter(|&&b| b == b'}' || b == b']')
-            .count();
-        depth = depth.saturating_sub(closed);
-        if json[i] == b'"' {
-            // The string's end: the next quote not escaped by a backslash.
-            let mut end = i + 1;
-            loop {
-                match memchr::memchr2(b'"', b'\\', &json[end..]) {
-                    Some(k) if json[end + k] == b'\\' => end += k + 2,
-                    Some(k) => {
-                        end += k + 1;
-                        break;
-                    }
-                    // An unterminated string: nothing more opens; the parser says what is wrong.
-                    None => return false,
-                }
-                if end >= json.len() {
-                    return false;
-                }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
             }
-            at = end;
             continue;
         }
-        depth += 1;
-        if depth > limit {
-            return true;
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
         }
-        at = i + 1;
     }
     false
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use super::encode::{nests_deeper_than, MAX_JSON_DEPTH};
 use super::pointer::JsonRef;
 
 use super::convert::{Hint, Input};
@@ -229,13 +230,23 @@ struct Envelope<'a> {
 
 /// Reads the top-level fields an envelope can have in the same scan that validates the
 /// value; a value that is not an object (or not UTF-8) is read whole, as `parse_raw` reads it.
+/// Its nesting is bounded as every record's is; of a known envelope only the payload is
+/// scanned for it, the schema having been scanned when it was first seen.
 fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>, MapError> {
+    let too_deep = |json: &[u8], limit| {
+        if nests_deeper_than(json, limit) {
+            Err(MapError::TooDeep(MAX_JSON_DEPTH))
+        } else {
+            Ok(())
+        }
+    };
     // JSON's own whitespace only (`trim_ascii` would also take a form feed, which JSON refuses).
     let object = std::str::from_utf8(value)
         .ok()
         .map(|t| t.trim_matches([' ', '\t', '\n', '\r']))
         .filter(|t| t.starts_with('{'));
     let Some(text) = object else {
+        too_deep(value, MAX_JSON_DEPTH)?;
         return Ok(Envelope {
             top: parse_raw(value)?,
             schema: None,
@@ -244,6 +255,8 @@ fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>,
         });
     };
     if let Some((schema, payload)) = cache.known_envelope(text) {
+        // One level down, inside the envelope.
+        too_deep(payload.get().as_bytes(), MAX_JSON_DEPTH - 1)?;
         return Ok(Envelope {
             top: JsonRef::written(text),
             schema: Some(schema),
@@ -251,6 +264,7 @@ fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>,
             event: [None; 3],
         });
     }
+    too_deep(text.as_bytes(), MAX_JSON_DEPTH)?;
     let [schema, payload, op, before, after] =
         pointer::fields(text, ["schema", "payload", "op", "before", "after"])
             .map_err(MapError::NotAnObject)?;
@@ -430,8 +444,14 @@ mod tests {
         }
         assert_eq!(read(&extra).unwrap().0.as_deref(), Some(r#"{"day":3}"#));
         assert_eq!(read(&twice).unwrap().0.as_deref(), Some(r#"{"day":4}"#));
-        // A broken payload is still an error.
+        // A broken payload is still an error, and so is one nesting too deep with the
+        // envelope around it, known schema or not.
         assert!(read(&record(r#"{"day":}"#)).is_err());
+        let nested = |n: usize| format!(r#"{{"d":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+        assert!(read(&record(&nested(MAX_JSON_DEPTH - 3))).is_ok());
+        for deep in [record(&nested(MAX_JSON_DEPTH - 1)), nested(MAX_JSON_DEPTH)] {
+            assert!(matches!(read(&deep), Err(MapError::TooDeep(_))), "{deep}");
+        }
     }
 
     #[test]
