@@ -23,12 +23,19 @@
 //! well-known types (schema references) are not resolved: such a schema fails to compile.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 use super::transcode::Transcoder;
+
+mod decode;
+#[cfg(test)]
+mod differential;
+mod program;
+
+use program::Program;
 
 /// The name the registered schema is compiled under (the registry gives it none).
 const SCHEMA_FILE: &str = "registered.proto";
@@ -40,10 +47,25 @@ const MAX_INDEXES: usize = 32;
 /// A `.proto` schema compiled for decoding its records.
 pub(crate) struct ProtobufTranscoder {
     file: FileDescriptor,
-    /// Message type per message-index path, resolved once: records of one schema nearly always
-    /// name the same message, so the walk through the descriptors is paid once.
-    resolved: RwLock<HashMap<Box<[u32]>, MessageDescriptor>>,
+    /// Message type per message-index path, resolved and compiled once: records of one schema
+    /// nearly always name the same message, so the walk and the compiling are paid once.
+    resolved: RwLock<HashMap<Box<[u32]>, Resolved>>,
     options: SerializeOptions,
+}
+
+/// A message type and its program.
+#[derive(Clone)]
+struct Resolved {
+    desc: MessageDescriptor,
+    program: Arc<Program>,
+}
+
+/// prost-reflect's JSON with `transcode`'s conventions (see the module's comment).
+fn serialize_options() -> SerializeOptions {
+    SerializeOptions::new()
+        .use_proto_field_name(true)
+        .stringify_64_bit_integers(false)
+        .skip_default_fields(false)
 }
 
 impl ProtobufTranscoder {
@@ -69,10 +91,7 @@ impl ProtobufTranscoder {
         Ok(Self {
             file,
             resolved: RwLock::new(HashMap::new()),
-            options: SerializeOptions::new()
-                .use_proto_field_name(true)
-                .stringify_64_bit_integers(false)
-                .skip_default_fields(false),
+            options: serialize_options(),
         })
     }
 
@@ -80,7 +99,7 @@ impl ProtobufTranscoder {
     /// For `check`: the fields of the first message (what index `[0]` selects), or of its
     /// `after` message for Debezium change events.
     pub(crate) fn row_fields(&self, debezium: bool) -> Result<Vec<String>, String> {
-        let mut message = self.message(&[0])?;
+        let mut message = self.message(&[0])?.desc;
         if debezium {
             message = match message.get_field_by_name("after").map(|f| f.kind()) {
                 Some(prost_reflect::Kind::Message(after)) => after,
@@ -95,7 +114,7 @@ impl ProtobufTranscoder {
         Ok(message.fields().map(|f| f.name().to_string()).collect())
     }
 
-    fn message(&self, path: &[u32]) -> Result<MessageDescriptor, String> {
+    fn message(&self, path: &[u32]) -> Result<Resolved, String> {
         // A poisoned lock only means another thread panicked mid-insert of a complete value;
         // the map is still sound.
         if let Some(found) = self
@@ -106,7 +125,11 @@ impl ProtobufTranscoder {
         {
             return Ok(found.clone());
         }
-        let found = self.resolve(path)?;
+        let desc = self.resolve(path)?;
+        let found = Resolved {
+            program: Arc::new(program::compile(&desc)),
+            desc,
+        };
         self.resolved
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -145,7 +168,31 @@ impl Transcoder for ProtobufTranscoder {
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
         let mut indexes = [0u32; MAX_INDEXES];
         let (depth, body) = message_indexes(payload, &mut indexes)?;
-        let desc = self.message(&indexes[..depth])?;
+        let found = self.message(&indexes[..depth])?;
+        let start = out.len();
+        let program = &found.program;
+        let mut occurrences = Vec::new();
+        match program.run(program.root, body, 0, &mut occurrences, out) {
+            Ok(()) => Ok(()),
+            // prost-reflect decides what the direct reader leaves to it, and says what is
+            // wrong with a bad payload in its words.
+            Err(_) => {
+                out.truncate(start);
+                self.by_value(&found.desc, body, out)
+            }
+        }
+    }
+}
+
+impl ProtobufTranscoder {
+    /// The record as prost-reflect decodes it into a `DynamicMessage` and serializes it: the
+    /// reference the direct reader was written to equal, and where it falls back.
+    fn by_value(
+        &self,
+        desc: &MessageDescriptor,
+        body: &[u8],
+        out: &mut String,
+    ) -> Result<(), String> {
         let message = DynamicMessage::decode(desc.clone(), body).map_err(|e| {
             format!(
                 "the payload is not a valid {} message: {e}",
@@ -166,6 +213,28 @@ impl Transcoder for ProtobufTranscoder {
         })?;
         out.push_str(&json);
         Ok(())
+    }
+
+    /// `to_json` by prost-reflect alone, for the tests.
+    #[cfg(test)]
+    fn to_json_by_value(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        let mut indexes = [0u32; MAX_INDEXES];
+        let (depth, body) = message_indexes(payload, &mut indexes)?;
+        let found = self.message(&indexes[..depth])?;
+        self.by_value(&found.desc, body, out)
+    }
+
+    /// The direct reader alone, without falling back, for the tests.
+    #[cfg(test)]
+    fn to_json_direct(&self, payload: &[u8], out: &mut String) -> Result<(), decode::Failure> {
+        let mut indexes = [0u32; MAX_INDEXES];
+        let (depth, body) =
+            message_indexes(payload, &mut indexes).map_err(|_| decode::Failure::Bad("index"))?;
+        let found = self
+            .message(&indexes[..depth])
+            .map_err(|_| decode::Failure::Bad("index"))?;
+        let program = &found.program;
+        program.run(program.root, body, 0, &mut Vec::new(), out)
     }
 }
 

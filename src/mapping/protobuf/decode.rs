@@ -1,0 +1,598 @@
+//! Runs a compiled program over one message's bytes: reads the wire format (varints, zigzag,
+//! fixed 32 and 64 bits, length-delimited values; packed and unpacked repeated scalars; maps
+//! as repeated entries) and writes the JSON text, borrowing strings from the payload.
+//!
+//! Fields may come in any order and a non-repeated one more than once, but prost-reflect
+//! writes them in field-number order, the last value of a scalar winning: so each message is
+//! read twice, once to find where each known field's occurrences are, once to write the
+//! fields in order. What prost-reflect would merge (a non-repeated message field twice), a
+//! map with a key twice, groups and nesting near prost's recursion limit are left to it.
+
+use std::io;
+use std::ops::Range;
+
+use base64::Engine as _;
+use prost_reflect::DynamicMessage;
+
+use super::program::{Field, Message, Program, Scalar, Shape};
+use crate::mapping::encode::nests_deeper_than;
+
+/// Why the direct reader did not write a message.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The payload is not a valid message: prost-reflect refuses it too (and says why; this
+    /// reason is for the tests).
+    Bad(#[cfg_attr(not(test), allow(dead_code))] &'static str),
+    /// Something prost-reflect must decide (merges, groups, deep nesting).
+    Fallback,
+}
+
+/// The deepest message read directly; prost refuses past 100, and deeper records are left to
+/// it so that its limit, and its error, apply exactly.
+const MAX_DEPTH: usize = 90;
+
+/// Where a known field's value is in its message's bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Occurrence {
+    field: u32,
+    wire: u8,
+    start: usize,
+    end: usize,
+}
+
+/// A varint from `bytes` at `pos`, as prost reads it: at most ten bytes, no bits past 64.
+fn varint(bytes: &[u8], pos: &mut usize) -> Result<u64, Failure> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let &b = bytes
+            .get(*pos + i)
+            .ok_or(Failure::Bad("a varint is cut off"))?;
+        if i == 9 && b >= 0x02 {
+            break;
+        }
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *pos += i + 1;
+            return Ok(value);
+        }
+    }
+    Err(Failure::Bad("a varint is longer than 64 bits"))
+}
+
+/// The next field of a message: its number, wire type and value bytes.
+fn next_field(bytes: &[u8], pos: &mut usize) -> Result<(u32, u8, Range<usize>), Failure> {
+    let key = varint(bytes, pos)?;
+    let key = u32::try_from(key).map_err(|_| Failure::Bad("a field key is past 32 bits"))?;
+    let (number, wire) = (key >> 3, (key & 7) as u8);
+    let start = *pos;
+    let len = match wire {
+        _ if number == 0 => return Err(Failure::Bad("field number 0")),
+        0 => {
+            varint(bytes, pos)?;
+            0
+        }
+        1 => 8,
+        5 => 4,
+        2 => {
+            let n = varint(bytes, pos)?;
+            usize::try_from(n).map_err(|_| Failure::Bad("a length past the payload"))?
+        }
+        3 | 4 => return Err(Failure::Fallback),
+        _ => return Err(Failure::Bad("an invalid wire type")),
+    };
+    let start = if wire == 2 { *pos } else { start };
+    let end = (*pos)
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or(Failure::Bad("a value is cut off"))?;
+    *pos = end;
+    Ok((number, wire, start..end))
+}
+
+impl Program {
+    /// Reads message `m` from `bytes` and writes its JSON. `depth` counts the messages around it.
+    pub(super) fn run(
+        &self,
+        m: usize,
+        bytes: &[u8],
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+    ) -> Result<(), Failure> {
+        if depth > MAX_DEPTH {
+            return Err(Failure::Fallback);
+        }
+        match self.messages.get(m).ok_or(Failure::Fallback)? {
+            Message::Fields {
+                fields,
+                by_small,
+                by_large,
+            } => {
+                let base = occurrences.len();
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let (number, wire, range) = next_field(bytes, &mut pos)?;
+                    let field = Field::lookup(by_small, by_large, number);
+                    if let Some(f) = fields.get(field as usize) {
+                        if matches!(f.shape, Shape::Map { .. }) && wire != 2 {
+                            // prost reads any map entry as length-delimited: its call.
+                            return Err(Failure::Fallback);
+                        }
+                        occurrences.push(Occurrence {
+                            field,
+                            wire,
+                            start: range.start,
+                            end: range.end,
+                        });
+                    }
+                }
+                // Stable: each field's occurrences stay in payload order (usually already sorted).
+                occurrences[base..].sort_by_key(|o| o.field);
+                let written = self.fields(fields, bytes, base, depth, occurrences, out);
+                occurrences.truncate(base);
+                written
+            }
+            Message::Timestamp => {
+                let (seconds, nanos) = flat_pair(bytes)?;
+                let seconds = seconds.map_or(0, |v| v as i64);
+                let nanos = nanos.map_or(0, |v| v as i32);
+                if !(-62_135_596_800..=253_402_300_799).contains(&seconds) {
+                    return Err(Failure::Bad("a timestamp out of range"));
+                }
+                let ts = prost_reflect::prost_types::Timestamp { seconds, nanos };
+                use std::fmt::Write as _;
+                let _ = write!(out, "\"{ts}\"");
+                Ok(())
+            }
+            Message::Wrapper(kind) => {
+                let mut last = None;
+                let mut pos = 0;
+                while pos < bytes.len() {
+                    let (number, wire, range) = next_field(bytes, &mut pos)?;
+                    if number == 1 {
+                        check_wire(*kind, wire)?;
+                        // Every occurrence is read (prost-reflect would refuse a bad one).
+                        let at = out.len();
+                        self.scalar(*kind, &bytes[range.clone()], depth, occurrences, out)?;
+                        out.truncate(at);
+                        last = Some(range);
+                    }
+                }
+                match (kind, last) {
+                    (Scalar::Float | Scalar::Double, Some(range)) => {
+                        let b = &bytes[range];
+                        let (wide, narrow) = if *kind == Scalar::Float {
+                            let f = f32::from_le_bytes(fixed(b)?);
+                            (f64::from(f), Some(f))
+                        } else {
+                            (f64::from_le_bytes(fixed(b)?), None)
+                        };
+                        // serde writes a raw non-finite float as null.
+                        if wide.is_finite() {
+                            write_float(wide, narrow, out);
+                        } else {
+                            out.push_str("null");
+                        }
+                    }
+                    (_, Some(range)) => {
+                        self.scalar(*kind, &bytes[range], depth, occurrences, out)?;
+                    }
+                    (_, None) => out.push_str(default_of(*kind)),
+                }
+                Ok(())
+            }
+            Message::ByValue(desc) => {
+                let message = DynamicMessage::decode(desc.clone(), bytes)
+                    .map_err(|_| Failure::Bad("a well-known type does not decode"))?;
+                let mut json = Vec::new();
+                message
+                    .serialize_with_options(
+                        &mut serde_json::Serializer::new(&mut json),
+                        &super::serialize_options(),
+                    )
+                    .map_err(|_| Failure::Bad("a well-known type cannot be JSON"))?;
+                // Decoded on its own, it had prost's whole recursion budget: a deep one is
+                // decoded with the record instead.
+                let budget = (100 - depth).saturating_sub(4) / 2;
+                let json = String::from_utf8(json).map_err(|_| Failure::Fallback)?;
+                if nests_deeper_than(json.as_bytes(), budget) {
+                    return Err(Failure::Fallback);
+                }
+                out.push_str(&json);
+                Ok(())
+            }
+            Message::Fallback => Err(Failure::Fallback),
+        }
+    }
+
+    /// Writes a message's fields from the occurrences found from `base` on (sorted by field).
+    fn fields(
+        &self,
+        fields: &[Field],
+        bytes: &[u8],
+        base: usize,
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+    ) -> Result<(), Failure> {
+        out.push('{');
+        let mut first = true;
+        let mut comma = |out: &mut String| {
+            if !std::mem::take(&mut first) {
+                out.push(',');
+            }
+        };
+        let end = occurrences.len();
+        let mut cursor = base;
+        for (i, field) in fields.iter().enumerate() {
+            let from = cursor;
+            while cursor < end && occurrences[cursor].field == i as u32 {
+                cursor += 1;
+            }
+            let (from, to) = (from, cursor);
+            if from == to {
+                if !field.presence {
+                    comma(out);
+                    out.push_str(&field.key);
+                    out.push_str(&field.default);
+                }
+                continue;
+            }
+            match &field.shape {
+                Shape::Single => {
+                    if matches!(field.kind, Scalar::Message(_)) && to - from > 1 {
+                        return Err(Failure::Fallback); // merged by prost-reflect
+                    }
+                    let wins = match field.oneof {
+                        None => true,
+                        Some(o) => {
+                            let last = occurrences[to - 1].start;
+                            !occurrences[base..end].iter().any(|x| {
+                                x.start > last
+                                    && x.field != i as u32
+                                    && fields[x.field as usize].oneof == Some(o)
+                            })
+                        }
+                    };
+                    for k in from..to {
+                        let o = occurrences[k];
+                        check_wire(field.kind, o.wire)?;
+                        let at = out.len();
+                        let written = k + 1 == to && wins;
+                        if written {
+                            comma(out);
+                            out.push_str(&field.key);
+                        }
+                        self.scalar(field.kind, &bytes[o.start..o.end], depth, occurrences, out)?;
+                        if !written {
+                            out.truncate(at);
+                        }
+                    }
+                }
+                Shape::List => {
+                    comma(out);
+                    out.push_str(&field.key);
+                    out.push('[');
+                    let mut item = 0;
+                    for k in from..to {
+                        let o = occurrences[k];
+                        let value = &bytes[o.start..o.end];
+                        if o.wire == 2 && field.kind.packable() {
+                            let mut pos = 0;
+                            while pos < value.len() {
+                                let one = packed_item(field.kind, value, &mut pos)?;
+                                if item > 0 {
+                                    out.push(',');
+                                }
+                                item += 1;
+                                self.scalar(field.kind, one, depth, occurrences, out)?;
+                            }
+                        } else {
+                            check_wire(field.kind, o.wire)?;
+                            if item > 0 {
+                                out.push(',');
+                            }
+                            item += 1;
+                            self.scalar(field.kind, value, depth, occurrences, out)?;
+                        }
+                    }
+                    out.push(']');
+                }
+                Shape::Map {
+                    key,
+                    value,
+                    value_default,
+                } => {
+                    comma(out);
+                    out.push_str(&field.key);
+                    out.push('{');
+                    let mut keys: Vec<Range<usize>> = Vec::new();
+                    for k in from..to {
+                        let o = occurrences[k];
+                        if k > from {
+                            out.push(',');
+                        }
+                        let at = out.len();
+                        self.entry(
+                            (*key, *value, value_default),
+                            &bytes[o.start..o.end],
+                            depth,
+                            occurrences,
+                            out,
+                        )?;
+                        if to - from > 1 {
+                            keys.push(at..out.len());
+                        }
+                    }
+                    if has_duplicate_keys(out, &keys) {
+                        return Err(Failure::Fallback); // the last entry wins, where the first was
+                    }
+                    out.push('}');
+                }
+            }
+        }
+        out.push('}');
+        Ok(())
+    }
+
+    /// One map entry, `"key":value`, the last key and value of the entry winning.
+    fn entry(
+        &self,
+        (key, value, value_default): (Scalar, Scalar, &str),
+        bytes: &[u8],
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+    ) -> Result<(), Failure> {
+        let (mut key_at, mut value_at) = (None, None);
+        let mut values = 0;
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let (number, wire, range) = next_field(bytes, &mut pos)?;
+            let kind = match number {
+                1 => key,
+                2 => value,
+                _ => continue,
+            };
+            check_wire(kind, wire)?;
+            if number == 2 {
+                values += 1;
+                if values > 1 && matches!(value, Scalar::Message(_)) {
+                    return Err(Failure::Fallback); // merged by prost-reflect
+                }
+            }
+            // Every occurrence is read: a bad one is refused even when another follows. (A
+            // message value comes once, and is read where it is written.)
+            if !matches!(kind, Scalar::Message(_)) {
+                let at = out.len();
+                self.scalar(kind, &bytes[range.clone()], depth, occurrences, out)?;
+                out.truncate(at);
+            }
+            *(if number == 1 {
+                &mut key_at
+            } else {
+                &mut value_at
+            }) = Some(range);
+        }
+        // Map keys are JSON strings; string keys already are.
+        let quote = key != Scalar::String;
+        if quote {
+            out.push('"');
+        }
+        match key_at {
+            Some(range) => self.scalar(key, &bytes[range], depth, occurrences, out)?,
+            None => out.push_str(default_of(key)),
+        }
+        if quote {
+            out.push('"');
+        }
+        out.push(':');
+        match (value_at, value) {
+            (Some(range), _) => self.scalar(value, &bytes[range], depth, occurrences, out),
+            (None, Scalar::Message(m)) => self.run(m, &[], depth + 1, occurrences, out),
+            (None, _) => {
+                out.push_str(value_default);
+                Ok(())
+            }
+        }
+    }
+
+    /// One value of `kind` from its bytes (a varint's, a fixed width's, or a length-delimited
+    /// value's content).
+    fn scalar(
+        &self,
+        kind: Scalar,
+        b: &[u8],
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+    ) -> Result<(), Failure> {
+        let v = || varint(b, &mut 0);
+        let mut digits = itoa::Buffer::new();
+        match kind {
+            Scalar::Int32 => out.push_str(digits.format(v()? as i32)),
+            Scalar::Int64 => out.push_str(digits.format(v()? as i64)),
+            Scalar::Uint32 => out.push_str(digits.format(v()? as u32)),
+            Scalar::Uint64 => out.push_str(digits.format(v()?)),
+            Scalar::Sint32 => {
+                let n = v()? as u32;
+                out.push_str(digits.format(((n >> 1) as i32) ^ -((n & 1) as i32)));
+            }
+            Scalar::Sint64 => {
+                let n = v()?;
+                out.push_str(digits.format(((n >> 1) as i64) ^ -((n & 1) as i64)));
+            }
+            Scalar::Bool => out.push_str(if v()? != 0 { "true" } else { "false" }),
+            Scalar::Enum(e) => {
+                let n = v()? as i32;
+                match self.enums.get(e) {
+                    Some(None) => out.push_str("null"),
+                    Some(Some(names)) => match names.binary_search_by_key(&n, |(k, _)| *k) {
+                        Ok(i) => out.push_str(&names[i].1),
+                        Err(_) => out.push_str(digits.format(n)),
+                    },
+                    None => return Err(Failure::Fallback),
+                }
+            }
+            Scalar::Fixed32 => out.push_str(digits.format(u32::from_le_bytes(fixed(b)?))),
+            Scalar::Sfixed32 => out.push_str(digits.format(i32::from_le_bytes(fixed(b)?))),
+            Scalar::Fixed64 => out.push_str(digits.format(u64::from_le_bytes(fixed(b)?))),
+            Scalar::Sfixed64 => out.push_str(digits.format(i64::from_le_bytes(fixed(b)?))),
+            Scalar::Float => {
+                let f = f32::from_le_bytes(fixed(b)?);
+                write_float(f64::from(f), Some(f), out);
+            }
+            Scalar::Double => write_float(f64::from_le_bytes(fixed(b)?), None, out),
+            Scalar::String => {
+                let s = std::str::from_utf8(b).map_err(|_| Failure::Bad("a string not UTF-8"))?;
+                write_str(s, out);
+            }
+            Scalar::Bytes => {
+                out.push('"');
+                base64::engine::general_purpose::STANDARD.encode_string(b, out);
+                out.push('"');
+            }
+            Scalar::Message(m) => self.run(m, b, depth + 1, occurrences, out)?,
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a value whose wire type is not its kind's (prost checks each one).
+fn check_wire(kind: Scalar, wire: u8) -> Result<(), Failure> {
+    if kind.wire_type() == wire {
+        Ok(())
+    } else {
+        Err(Failure::Bad("a field of the wrong wire type"))
+    }
+}
+
+/// The next element of a packed run.
+fn packed_item<'a>(kind: Scalar, run: &'a [u8], pos: &mut usize) -> Result<&'a [u8], Failure> {
+    let start = *pos;
+    let end = match kind.wire_type() {
+        0 => {
+            varint(run, pos)?;
+            *pos
+        }
+        1 => start + 8,
+        _ => start + 4,
+    };
+    let one = run
+        .get(start..end)
+        .ok_or(Failure::Bad("a packed run is cut off"))?;
+    *pos = end;
+    Ok(one)
+}
+
+/// Exactly `N` bytes (a fixed-width value).
+fn fixed<const N: usize>(b: &[u8]) -> Result<[u8; N], Failure> {
+    b.try_into()
+        .map_err(|_| Failure::Bad("a fixed-width value is cut off"))
+}
+
+/// Fields 1 and 2 of a message of two varints (`Timestamp`), the last of each winning.
+fn flat_pair(bytes: &[u8]) -> Result<(Option<u64>, Option<u64>), Failure> {
+    let (mut one, mut two) = (None, None);
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let (number, wire, range) = next_field(bytes, &mut pos)?;
+        if number == 1 || number == 2 {
+            if wire != 0 {
+                return Err(Failure::Bad("a field of the wrong wire type"));
+            }
+            let v = varint(&bytes[range], &mut 0)?;
+            *(if number == 1 { &mut one } else { &mut two }) = Some(v);
+        }
+    }
+    Ok((one, two))
+}
+
+/// The JSON of a scalar's zero value, as prost-reflect writes an unset one.
+fn default_of(kind: Scalar) -> &'static str {
+    match kind {
+        Scalar::Double | Scalar::Float => "0.0",
+        Scalar::Bool => "false",
+        Scalar::String | Scalar::Bytes => "\"\"",
+        _ => "0",
+    }
+}
+
+/// Whether two of the written map keys are the same text.
+fn has_duplicate_keys(out: &str, keys: &[Range<usize>]) -> bool {
+    if keys.len() < 2 {
+        return false;
+    }
+    let mut texts: Vec<&str> = keys
+        .iter()
+        .map(|r| {
+            let entry = &out[r.clone()];
+            // The key is everything up to the colon after its closing quote.
+            key_of(entry)
+        })
+        .collect();
+    texts.sort_unstable();
+    texts.windows(2).any(|w| w[0] == w[1])
+}
+
+/// The JSON string at the start of `entry` (`"k":v`).
+fn key_of(entry: &str) -> &str {
+    let mut escaped = false;
+    for (i, c) in entry.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return &entry[..=i],
+            _ => {}
+        }
+    }
+    entry
+}
+
+/// A finite float as serde_json writes it (`narrow`: an f32, written as one); NaN and the
+/// infinities as the strings prost-reflect writes.
+pub(super) fn write_float(wide: f64, narrow: Option<f32>, out: &mut String) {
+    if wide.is_nan() {
+        out.push_str("\"NaN\"");
+    } else if wide.is_infinite() {
+        out.push_str(if wide > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        });
+    } else {
+        let _ = match narrow {
+            Some(f) => serde_json::to_writer(Text(out), &f),
+            None => serde_json::to_writer(Text(out), &wide),
+        };
+    }
+}
+
+/// A JSON string, escaped as serde_json escapes it.
+pub(super) fn write_str(s: &str, out: &mut String) {
+    // Most strings need no escape: copied as they are.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    // Writing a `str` into a `String` cannot fail.
+    let _ = serde_json::to_writer(Text(out), s);
+}
+
+/// serde_json's output into a `String`: it writes UTF-8 in pieces split only at ASCII.
+struct Text<'a>(&'a mut String);
+
+impl io::Write for Text<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let piece =
+            std::str::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.0.push_str(piece);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

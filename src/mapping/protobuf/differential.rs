@@ -1,0 +1,1 @@
+//! The direct reader held against prost-reflect's.
