@@ -335,7 +335,7 @@ mod tests {
 
     /// Every scalar type, an enum, nested and repeated messages, maps, a oneof, an `optional`
     /// field and the well-known types; a second top-level message for index `[1]`.
-    const SHOP: &str = r#"
+    pub(super) const SHOP: &str = r#"
 syntax = "proto3";
 package shop;
 

@@ -137,7 +137,9 @@ impl Program {
                 let seconds = seconds.map_or(0, |v| v as i64);
                 let nanos = nanos.map_or(0, |v| v as i32);
                 if !(-62_135_596_800..=253_402_300_799).contains(&seconds) {
-                    return Err(Failure::Bad("a timestamp out of range"));
+                    // prost-reflect refuses it only where it writes it, not where a later
+                    // value replaces it (a map key twice, a oneof's other member).
+                    return Err(Failure::Fallback);
                 }
                 let ts = prost_reflect::prost_types::Timestamp { seconds, nanos };
                 use std::fmt::Write as _;
@@ -190,7 +192,8 @@ impl Program {
                         &mut serde_json::Serializer::new(&mut json),
                         &super::serialize_options(),
                     )
-                    .map_err(|_| Failure::Bad("a well-known type cannot be JSON"))?;
+                    // Refused only where written, as a timestamp out of range.
+                    .map_err(|_| Failure::Fallback)?;
                 // Decoded on its own, it had prost's whole recursion budget: a deep one is
                 // decoded with the record instead.
                 let budget = (100 - depth).saturating_sub(4) / 2;
