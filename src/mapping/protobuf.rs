@@ -34,6 +34,8 @@ mod decode;
 #[cfg(test)]
 mod differential;
 mod program;
+mod wire;
+mod write;
 
 use program::Program;
 

@@ -8,13 +8,14 @@
 //! fields in order. What prost-reflect would merge (a non-repeated message field twice), a
 //! map with a key twice, groups and nesting near prost's recursion limit are left to it.
 
-use std::io;
 use std::ops::Range;
 
 use base64::Engine as _;
 use prost_reflect::DynamicMessage;
 
 use super::program::{Field, Message, Program, Scalar, Shape};
+use super::wire::{check_wire, fixed, flat_pair, next_field, packed_item, varint, Occurrence};
+use super::write::{default_of, has_duplicate_keys, write_float, write_str};
 use crate::mapping::encode::nests_deeper_than;
 
 /// Why the direct reader did not write a message.
@@ -30,65 +31,6 @@ pub(super) enum Failure {
 /// The deepest message read directly; prost refuses past 100, and deeper records are left to
 /// it so that its limit, and its error, apply exactly.
 const MAX_DEPTH: usize = 90;
-
-/// Where a known field's value is in its message's bytes.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Occurrence {
-    field: u32,
-    wire: u8,
-    start: usize,
-    end: usize,
-}
-
-/// A varint from `bytes` at `pos`, as prost reads it: at most ten bytes, no bits past 64.
-fn varint(bytes: &[u8], pos: &mut usize) -> Result<u64, Failure> {
-    let mut value = 0u64;
-    for i in 0..10 {
-        let &b = bytes
-            .get(*pos + i)
-            .ok_or(Failure::Bad("a varint is cut off"))?;
-        if i == 9 && b >= 0x02 {
-            break;
-        }
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            *pos += i + 1;
-            return Ok(value);
-        }
-    }
-    Err(Failure::Bad("a varint is longer than 64 bits"))
-}
-
-/// The next field of a message: its number, wire type and value bytes.
-fn next_field(bytes: &[u8], pos: &mut usize) -> Result<(u32, u8, Range<usize>), Failure> {
-    let key = varint(bytes, pos)?;
-    let key = u32::try_from(key).map_err(|_| Failure::Bad("a field key is past 32 bits"))?;
-    let (number, wire) = (key >> 3, (key & 7) as u8);
-    let start = *pos;
-    let len = match wire {
-        _ if number == 0 => return Err(Failure::Bad("field number 0")),
-        0 => {
-            varint(bytes, pos)?;
-            0
-        }
-        1 => 8,
-        5 => 4,
-        2 => {
-            let n = varint(bytes, pos)?;
-            usize::try_from(n).map_err(|_| Failure::Bad("a length past the payload"))?
-        }
-        3 | 4 => return Err(Failure::Fallback),
-        _ => return Err(Failure::Bad("an invalid wire type")),
-    };
-    let start = if wire == 2 { *pos } else { start };
-    let end = (*pos)
-        .checked_add(len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or(Failure::Bad("a value is cut off"))?;
-    *pos = end;
-    Ok((number, wire, start..end))
-}
-
 impl Program {
     /// Reads message `m` from `bytes` and writes its JSON. `depth` counts the messages around it.
     pub(super) fn run(
@@ -457,145 +399,6 @@ impl Program {
             }
             Scalar::Message(m) => self.run(m, b, depth + 1, occurrences, out)?,
         }
-        Ok(())
-    }
-}
-
-/// Refuses a value whose wire type is not its kind's (prost checks each one).
-fn check_wire(kind: Scalar, wire: u8) -> Result<(), Failure> {
-    if kind.wire_type() == wire {
-        Ok(())
-    } else {
-        Err(Failure::Bad("a field of the wrong wire type"))
-    }
-}
-
-/// The next element of a packed run.
-fn packed_item<'a>(kind: Scalar, run: &'a [u8], pos: &mut usize) -> Result<&'a [u8], Failure> {
-    let start = *pos;
-    let end = match kind.wire_type() {
-        0 => {
-            varint(run, pos)?;
-            *pos
-        }
-        1 => start + 8,
-        _ => start + 4,
-    };
-    let one = run
-        .get(start..end)
-        .ok_or(Failure::Bad("a packed run is cut off"))?;
-    *pos = end;
-    Ok(one)
-}
-
-/// Exactly `N` bytes (a fixed-width value).
-fn fixed<const N: usize>(b: &[u8]) -> Result<[u8; N], Failure> {
-    b.try_into()
-        .map_err(|_| Failure::Bad("a fixed-width value is cut off"))
-}
-
-/// Fields 1 and 2 of a message of two varints (`Timestamp`), the last of each winning.
-fn flat_pair(bytes: &[u8]) -> Result<(Option<u64>, Option<u64>), Failure> {
-    let (mut one, mut two) = (None, None);
-    let mut pos = 0;
-    while pos < bytes.len() {
-        let (number, wire, range) = next_field(bytes, &mut pos)?;
-        if number == 1 || number == 2 {
-            if wire != 0 {
-                return Err(Failure::Bad("a field of the wrong wire type"));
-            }
-            let v = varint(&bytes[range], &mut 0)?;
-            *(if number == 1 { &mut one } else { &mut two }) = Some(v);
-        }
-    }
-    Ok((one, two))
-}
-
-/// The JSON of a scalar's zero value, as prost-reflect writes an unset one.
-fn default_of(kind: Scalar) -> &'static str {
-    match kind {
-        Scalar::Double | Scalar::Float => "0.0",
-        Scalar::Bool => "false",
-        Scalar::String | Scalar::Bytes => "\"\"",
-        _ => "0",
-    }
-}
-
-/// Whether two of the written map keys are the same text.
-fn has_duplicate_keys(out: &str, keys: &[Range<usize>]) -> bool {
-    if keys.len() < 2 {
-        return false;
-    }
-    let mut texts: Vec<&str> = keys
-        .iter()
-        .map(|r| {
-            let entry = &out[r.clone()];
-            // The key is everything up to the colon after its closing quote.
-            key_of(entry)
-        })
-        .collect();
-    texts.sort_unstable();
-    texts.windows(2).any(|w| w[0] == w[1])
-}
-
-/// The JSON string at the start of `entry` (`"k":v`).
-fn key_of(entry: &str) -> &str {
-    let mut escaped = false;
-    for (i, c) in entry.char_indices().skip(1) {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            '"' => return &entry[..=i],
-            _ => {}
-        }
-    }
-    entry
-}
-
-/// A finite float as serde_json writes it (`narrow`: an f32, written as one); NaN and the
-/// infinities as the strings prost-reflect writes.
-pub(super) fn write_float(wide: f64, narrow: Option<f32>, out: &mut String) {
-    if wide.is_nan() {
-        out.push_str("\"NaN\"");
-    } else if wide.is_infinite() {
-        out.push_str(if wide > 0.0 {
-            "\"Infinity\""
-        } else {
-            "\"-Infinity\""
-        });
-    } else {
-        let _ = match narrow {
-            Some(f) => serde_json::to_writer(Text(out), &f),
-            None => serde_json::to_writer(Text(out), &wide),
-        };
-    }
-}
-
-/// A JSON string, escaped as serde_json escapes it.
-pub(super) fn write_str(s: &str, out: &mut String) {
-    // Most strings need no escape: copied as they are.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    // Writing a `str` into a `String` cannot fail.
-    let _ = serde_json::to_writer(Text(out), s);
-}
-
-/// serde_json's output into a `String`: it writes UTF-8 in pieces split only at ASCII.
-struct Text<'a>(&'a mut String);
-
-impl io::Write for Text<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let piece =
-            std::str::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        self.0.push_str(piece);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use prost_reflect::{Kind, MessageDescriptor, Value};
 
-use super::decode::{write_float, write_str};
+use super::write::{write_float, write_str};
 
 /// How one scalar value is read from the wire and written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
