@@ -168,18 +168,63 @@ impl ProtobufTranscoder {
 
 impl Transcoder for ProtobufTranscoder {
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        self.read(payload, out, None)
+    }
+
+    /// The fields of the first message (index `[0]`), in field-number order as written.
+    fn top_fields(&self) -> Option<Vec<String>> {
+        let found = self.message(&[0]).ok()?;
+        let program = &found.program;
+        match program.messages.get(program.root)? {
+            program::Message::Fields { .. } => {
+                Some(found.desc.fields().map(|f| f.name().to_string()).collect())
+            }
+            _ => None,
+        }
+    }
+
+    /// Spans only for records of the first message with every field written (an absent
+    /// field has no value to point at) and read directly; otherwise none, and the mapping
+    /// reads the object.
+    fn to_json_fields(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<(), String> {
+        self.read(payload, out, Some(spans))
+    }
+}
+
+impl ProtobufTranscoder {
+    /// Reads the payload into `out` directly, or by prost-reflect where the direct reader
+    /// leaves it (and for every error, in prost-reflect's words); with `spans`, notes where
+    /// each top-level field went when it can.
+    fn read(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        mut spans: Option<&mut Vec<std::ops::Range<usize>>>,
+    ) -> Result<(), String> {
         let mut indexes = [0u32; MAX_INDEXES];
         let (depth, body) = message_indexes(payload, &mut indexes)?;
         let found = self.message(&indexes[..depth])?;
-        let start = out.len();
+        let (start, spans_from) = (out.len(), spans.as_ref().map_or(0, |s| s.len()));
         let program = &found.program;
-        let mut occurrences = Vec::new();
-        match program.run(program.root, body, 0, &mut occurrences, out) {
+        let mut occurrences = Vec::with_capacity(64);
+        let read = match spans.as_deref_mut() {
+            Some(spans) if indexes[..depth] == [0] => {
+                program.run_top(body, &mut occurrences, out, spans)
+            }
+            _ => program.run(program.root, body, 0, &mut occurrences, out),
+        };
+        match read {
             Ok(()) => Ok(()),
-            // prost-reflect decides what the direct reader leaves to it, and says what is
-            // wrong with a bad payload in its words.
             Err(_) => {
                 out.truncate(start);
+                if let Some(spans) = spans {
+                    spans.truncate(spans_from);
+                }
                 self.by_value(&found.desc, body, out)
             }
         }

@@ -8,13 +8,17 @@
 //! fields in order. What prost-reflect would merge (a non-repeated message field twice), a
 //! map with a key twice, groups and nesting near prost's recursion limit are left to it.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use base64::Engine as _;
 use prost_reflect::DynamicMessage;
 
 use super::program::{Field, Message, Program, Scalar, Shape};
-use super::wire::{check_wire, fixed, flat_pair, next_field, packed_item, varint, Occurrence};
+use super::wire::{
+    check_wire, field_key, field_value, fixed, flat_pair, next_field, packed_item, varint,
+    Occurrence,
+};
 use super::write::{default_of, has_duplicate_keys, write_float, write_str};
 use crate::mapping::encode::nests_deeper_than;
 
@@ -49,31 +53,14 @@ impl Program {
                 fields,
                 by_small,
                 by_large,
-            } => {
-                let base = occurrences.len();
-                let mut pos = 0;
-                while pos < bytes.len() {
-                    let (number, wire, range) = next_field(bytes, &mut pos)?;
-                    let field = Field::lookup(by_small, by_large, number);
-                    if let Some(f) = fields.get(field as usize) {
-                        if matches!(f.shape, Shape::Map { .. }) && wire != 2 {
-                            // prost reads any map entry as length-delimited: its call.
-                            return Err(Failure::Fallback);
-                        }
-                        occurrences.push(Occurrence {
-                            field,
-                            wire,
-                            start: range.start,
-                            end: range.end,
-                        });
-                    }
-                }
-                // Stable: each field's occurrences stay in payload order (usually already sorted).
-                occurrences[base..].sort_by_key(|o| o.field);
-                let written = self.fields(fields, bytes, base, depth, occurrences, out);
-                occurrences.truncate(base);
-                written
-            }
+            } => self.message_fields(
+                (fields, by_small, by_large),
+                bytes,
+                depth,
+                occurrences,
+                out,
+                None,
+            ),
             Message::Timestamp => {
                 let (seconds, nanos) = flat_pair(bytes)?;
                 let seconds = seconds.map_or(0, |v| v as i64);
@@ -150,16 +137,82 @@ impl Program {
         }
     }
 
-    /// Writes a message's fields from the occurrences found from `base` on (sorted by field).
-    fn fields(
+    /// A message of fields: where each field occurs, then the fields in order. With `spans`,
+    /// where each field's value went (nothing when a field is absent: it has no value).
+    #[allow(clippy::type_complexity)]
+    fn message_fields(
         &self,
-        fields: &[Field],
+        (fields, by_small, by_large): (&[Field], &[u32], &HashMap<u32, u32>),
         bytes: &[u8],
-        base: usize,
         depth: usize,
         occurrences: &mut Vec<Occurrence>,
         out: &mut String,
+        spans: Option<&mut Vec<Range<usize>>>,
     ) -> Result<(), Failure> {
+        let base = occurrences.len();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let (number, wire) = field_key(bytes, &mut pos)?;
+            let field = Field::lookup(by_small, by_large, number);
+            let known = fields.get(field as usize);
+            if wire != 2 && known.is_some_and(|f| matches!(f.shape, Shape::Map { .. })) {
+                // prost reads any map entry as length-delimited: its call.
+                return Err(Failure::Fallback);
+            }
+            let range = field_value(bytes, &mut pos, wire)?;
+            if known.is_some() {
+                occurrences.push(Occurrence {
+                    field,
+                    wire,
+                    start: range.start,
+                    end: range.end,
+                });
+            }
+        }
+        // Stable: each field's occurrences stay in payload order (usually already sorted).
+        occurrences[base..].sort_by_key(|o| o.field);
+        let written = self.fields((fields, bytes, base), depth, occurrences, out, spans);
+        occurrences.truncate(base);
+        written
+    }
+
+    /// The record's message, noting in `spans` where each top-level field's value went when
+    /// every field has one.
+    pub(super) fn run_top(
+        &self,
+        bytes: &[u8],
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+        spans: &mut Vec<Range<usize>>,
+    ) -> Result<(), Failure> {
+        match self.messages.get(self.root) {
+            Some(Message::Fields {
+                fields,
+                by_small,
+                by_large,
+            }) => self.message_fields(
+                (fields, by_small, by_large),
+                bytes,
+                0,
+                occurrences,
+                out,
+                Some(spans),
+            ),
+            _ => self.run(self.root, bytes, 0, occurrences, out),
+        }
+    }
+
+    /// Writes a message's fields from the occurrences found from `base` on (sorted by field).
+    fn fields(
+        &self,
+        (fields, bytes, base): (&[Field], &[u8], usize),
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+        mut spans: Option<&mut Vec<Range<usize>>>,
+    ) -> Result<(), Failure> {
+        let spans_from = spans.as_ref().map_or(0, |s| s.len());
+        let mut every = true;
         out.push('{');
         let mut first = true;
         let mut comma = |out: &mut String| {
@@ -170,6 +223,7 @@ impl Program {
         let end = occurrences.len();
         let mut cursor = base;
         for (i, field) in fields.iter().enumerate() {
+            let mark = out.len();
             let from = cursor;
             while cursor < end && occurrences[cursor].field == i as u32 {
                 cursor += 1;
@@ -181,8 +235,46 @@ impl Program {
                     out.push_str(&field.key);
                     out.push_str(&field.default);
                 }
-                continue;
+            } else {
+                self.field(
+                    (i, field, fields),
+                    bytes,
+                    (base, from, to, end),
+                    depth,
+                    occurrences,
+                    out,
+                    &mut comma,
+                )?;
             }
+            if let Some(spans) = spans.as_deref_mut() {
+                if out.len() > mark {
+                    let comma = usize::from(out.as_bytes()[mark] == b',');
+                    spans.push(mark + comma + field.key.len()..out.len());
+                } else {
+                    every = false;
+                }
+            }
+        }
+        if let (Some(spans), false) = (spans, every) {
+            spans.truncate(spans_from);
+        }
+        out.push('}');
+        Ok(())
+    }
+
+    /// One field with occurrences `from..to` (of the message's `base..end`).
+    #[allow(clippy::too_many_arguments)]
+    fn field(
+        &self,
+        (i, field, fields): (usize, &Field, &[Field]),
+        bytes: &[u8],
+        (base, from, to, end): (usize, usize, usize, usize),
+        depth: usize,
+        occurrences: &mut Vec<Occurrence>,
+        out: &mut String,
+        comma: &mut impl FnMut(&mut String),
+    ) -> Result<(), Failure> {
+        {
             match &field.shape {
                 Shape::Single => {
                     if matches!(field.kind, Scalar::Message(_)) && to - from > 1 {
@@ -276,7 +368,6 @@ impl Program {
                 }
             }
         }
-        out.push('}');
         Ok(())
     }
 

@@ -96,7 +96,7 @@ message Row {
 "#;
 
 /// A fixed xorshift, so a failure can be replayed.
-struct Rng(u64);
+struct Rng(u64, bool);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -164,7 +164,9 @@ impl Rng {
             _ => {}
         }
         for field in desc.fields() {
-            if !self.chance(60) || (depth > 3 && matches!(field.kind(), Kind::Message(_))) {
+            if !self.chance(if self.1 { 100 } else { 60 })
+                || (depth > 3 && matches!(field.kind(), Kind::Message(_)))
+            {
                 continue;
             }
             let value = if field.is_map() {
@@ -353,6 +355,9 @@ fn compare(t: &ProtobufTranscoder, payload: &[u8], exact: bool) -> bool {
         (Err(Failure::Bad(_)) | Err(Failure::Fallback), Err(_))
         | (Err(Failure::Fallback), Ok(())) => {}
     }
+    if a.is_ok() {
+        spans_are_the_fields(t, payload, &direct);
+    }
     // `to_json` is the direct reader where it reads, prost-reflect elsewhere.
     let mut through = String::new();
     let c = t.to_json(payload, &mut through);
@@ -368,9 +373,39 @@ fn compare(t: &ProtobufTranscoder, payload: &[u8], exact: bool) -> bool {
     a.is_ok()
 }
 
+/// How many records `spans_are_the_fields` checked spans of.
+static SPANNED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `to_json_fields` writes what the direct reader writes and, for the first message with
+/// every field written, each span is its field's value, as the mapping takes it instead of
+/// scanning the object; otherwise it notes no span.
+fn spans_are_the_fields(t: &ProtobufTranscoder, payload: &[u8], json: &str) {
+    let names = t
+        .top_fields()
+        .expect("the test schemas' first messages have fields");
+    let mut out = String::from("[");
+    // One span there before, which must stay.
+    let before: std::ops::Range<usize> = 0..0;
+    let mut spans = Vec::from([before.clone()]);
+    t.to_json_fields(payload, &mut out, &mut spans).unwrap();
+    assert_eq!(out[1..], *json);
+    let object: serde_json::Map<String, Json> = serde_json::from_str(json).unwrap();
+    let first = payload.starts_with(&[0]) || payload.starts_with(&[2, 0]);
+    if !first || object.len() < names.len() {
+        assert_eq!(spans, Vec::from([before]), "no spans for {json}");
+        return;
+    }
+    SPANNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(spans.len(), names.len() + 1);
+    for (name, span) in names.iter().zip(&spans[1..]) {
+        let field: Json = serde_json::from_str(&out[span.clone()]).expect("one JSON value");
+        assert_eq!(Some(&field), object.get(name), "field {name} of {json}");
+    }
+}
+
 #[test]
 fn random_messages_and_their_corruptions_read_the_same_both_ways() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15, false);
     let (mut direct, mut total) = (0, 0);
     for (schema, roots) in [
         (SHOP, &["shop.Order", "shop.Refund"][..]),
@@ -382,6 +417,8 @@ fn random_messages_and_their_corruptions_read_the_same_both_ways() {
             let desc = t.file.parent_pool().get_message_by_name(root).unwrap();
             for round in 0..2_000 {
                 let few = round % 2 == 0;
+                // Now and then every field set (as far as oneofs let), so spans are noted.
+                rng.1 = round % 4 == 0;
                 let mut m = rng.message(&desc, 0, few);
                 if *root == "old.Row" && rng.chance(90) {
                     m.set_field_by_name("b", Value::String(rng.text()));
@@ -402,6 +439,11 @@ fn random_messages_and_their_corruptions_read_the_same_both_ways() {
             }
         }
     }
+    let spanned = SPANNED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        spanned > 100,
+        "only {spanned} records had every field to note"
+    );
     // Most valid messages are read directly: the comparison is not only of fallbacks.
     assert!(
         direct * 10 > total * 7,

@@ -39,12 +39,30 @@ pub(super) fn next_field(
     bytes: &[u8],
     pos: &mut usize,
 ) -> Result<(u32, u8, Range<usize>), Failure> {
+    let (number, wire) = field_key(bytes, pos)?;
+    Ok((number, wire, field_value(bytes, pos, wire)?))
+}
+
+/// A field's key: its number and wire type, with prost's checks.
+pub(super) fn field_key(bytes: &[u8], pos: &mut usize) -> Result<(u32, u8), Failure> {
     let key = varint(bytes, pos)?;
     let key = u32::try_from(key).map_err(|_| Failure::Bad("a field key is past 32 bits"))?;
     let (number, wire) = (key >> 3, (key & 7) as u8);
+    match wire {
+        _ if number == 0 => Err(Failure::Bad("field number 0")),
+        6 | 7 => Err(Failure::Bad("an invalid wire type")),
+        _ => Ok((number, wire)),
+    }
+}
+
+/// Where the value of a field of wire type `wire` is, skipping it.
+pub(super) fn field_value(
+    bytes: &[u8],
+    pos: &mut usize,
+    wire: u8,
+) -> Result<Range<usize>, Failure> {
     let start = *pos;
     let len = match wire {
-        _ if number == 0 => return Err(Failure::Bad("field number 0")),
         0 => {
             varint(bytes, pos)?;
             0
@@ -55,8 +73,7 @@ pub(super) fn next_field(
             let n = varint(bytes, pos)?;
             usize::try_from(n).map_err(|_| Failure::Bad("a length past the payload"))?
         }
-        3 | 4 => return Err(Failure::Fallback),
-        _ => return Err(Failure::Bad("an invalid wire type")),
+        _ => return Err(Failure::Fallback), // groups
     };
     let start = if wire == 2 { *pos } else { start };
     let end = (*pos)
@@ -64,8 +81,9 @@ pub(super) fn next_field(
         .filter(|&e| e <= bytes.len())
         .ok_or(Failure::Bad("a value is cut off"))?;
     *pos = end;
-    Ok((number, wire, start..end))
+    Ok(start..end)
 }
+
 /// Refuses a value whose wire type is not its kind's (prost checks each one).
 pub(super) fn check_wire(kind: Scalar, wire: u8) -> Result<(), Failure> {
     if kind.wire_type() == wire {
