@@ -1,9 +1,13 @@
 //! Protobuf records (Confluent's wire format) into JSON text, so they map like JSON records.
 //!
 //! The registry hands out `.proto` source, not descriptors, so the schema is compiled here at
-//! run time (protox, which also supplies the `google/protobuf/*.proto` well-known types) and
-//! each payload is decoded dynamically (prost-reflect). The JSON is prost-reflect's proto3
-//! JSON mapping with the options that make it follow `transcode`'s conventions:
+//! run time (protox, which also supplies the `google/protobuf/*.proto` well-known types).
+//! Each message a record names is compiled once more into a program (`program`) that reads
+//! the wire format straight into JSON text (`decode`); prost-reflect's `DynamicMessage` and
+//! its serializer are the reference that program was written to equal, and decode what it
+//! leaves to them (merges, groups, extensions, deep nesting, every error, in their words).
+//! The JSON is prost-reflect's proto3 JSON mapping with the options that make it follow
+//! `transcode`'s conventions:
 //! - field names as declared in the `.proto`, not lowerCamelCase: columns map by field name;
 //! - `int64`, `uint64` and their kin as JSON numbers, not the mapping's strings: numeric
 //!   columns take both, numbers are what every other format gives them, and the exact digits

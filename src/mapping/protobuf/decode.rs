@@ -35,6 +35,7 @@ pub(super) enum Failure {
 /// The deepest message read directly; prost refuses past 100, and deeper records are left to
 /// it so that its limit, and its error, apply exactly.
 const MAX_DEPTH: usize = 90;
+
 impl Program {
     /// Reads message `m` from `bytes` and writes its JSON. `depth` counts the messages around it.
     pub(super) fn run(
@@ -274,98 +275,96 @@ impl Program {
         out: &mut String,
         comma: &mut impl FnMut(&mut String),
     ) -> Result<(), Failure> {
-        {
-            match &field.shape {
-                Shape::Single => {
-                    if matches!(field.kind, Scalar::Message(_)) && to - from > 1 {
-                        return Err(Failure::Fallback); // merged by prost-reflect
+        match &field.shape {
+            Shape::Single => {
+                if matches!(field.kind, Scalar::Message(_)) && to - from > 1 {
+                    return Err(Failure::Fallback); // merged by prost-reflect
+                }
+                let wins = match field.oneof {
+                    None => true,
+                    Some(o) => {
+                        let last = occurrences[to - 1].start;
+                        !occurrences[base..end].iter().any(|x| {
+                            x.start > last
+                                && x.field != i as u32
+                                && fields[x.field as usize].oneof == Some(o)
+                        })
                     }
-                    let wins = match field.oneof {
-                        None => true,
-                        Some(o) => {
-                            let last = occurrences[to - 1].start;
-                            !occurrences[base..end].iter().any(|x| {
-                                x.start > last
-                                    && x.field != i as u32
-                                    && fields[x.field as usize].oneof == Some(o)
-                            })
-                        }
-                    };
-                    for k in from..to {
-                        let o = occurrences[k];
-                        check_wire(field.kind, o.wire)?;
-                        let at = out.len();
-                        let written = k + 1 == to && wins;
-                        if written {
-                            comma(out);
-                            out.push_str(&field.key);
-                        }
-                        self.scalar(field.kind, &bytes[o.start..o.end], depth, occurrences, out)?;
-                        if !written {
-                            out.truncate(at);
-                        }
+                };
+                for k in from..to {
+                    let o = occurrences[k];
+                    check_wire(field.kind, o.wire)?;
+                    let at = out.len();
+                    let written = k + 1 == to && wins;
+                    if written {
+                        comma(out);
+                        out.push_str(&field.key);
+                    }
+                    self.scalar(field.kind, &bytes[o.start..o.end], depth, occurrences, out)?;
+                    if !written {
+                        out.truncate(at);
                     }
                 }
-                Shape::List => {
-                    comma(out);
-                    out.push_str(&field.key);
-                    out.push('[');
-                    let mut item = 0;
-                    for k in from..to {
-                        let o = occurrences[k];
-                        let value = &bytes[o.start..o.end];
-                        if o.wire == 2 && field.kind.packable() {
-                            let mut pos = 0;
-                            while pos < value.len() {
-                                let one = packed_item(field.kind, value, &mut pos)?;
-                                if item > 0 {
-                                    out.push(',');
-                                }
-                                item += 1;
-                                self.scalar(field.kind, one, depth, occurrences, out)?;
-                            }
-                        } else {
-                            check_wire(field.kind, o.wire)?;
+            }
+            Shape::List => {
+                comma(out);
+                out.push_str(&field.key);
+                out.push('[');
+                let mut item = 0;
+                for k in from..to {
+                    let o = occurrences[k];
+                    let value = &bytes[o.start..o.end];
+                    if o.wire == 2 && field.kind.packable() {
+                        let mut pos = 0;
+                        while pos < value.len() {
+                            let one = packed_item(field.kind, value, &mut pos)?;
                             if item > 0 {
                                 out.push(',');
                             }
                             item += 1;
-                            self.scalar(field.kind, value, depth, occurrences, out)?;
+                            self.scalar(field.kind, one, depth, occurrences, out)?;
                         }
-                    }
-                    out.push(']');
-                }
-                Shape::Map {
-                    key,
-                    value,
-                    value_default,
-                } => {
-                    comma(out);
-                    out.push_str(&field.key);
-                    out.push('{');
-                    let mut keys: Vec<Range<usize>> = Vec::new();
-                    for k in from..to {
-                        let o = occurrences[k];
-                        if k > from {
+                    } else {
+                        check_wire(field.kind, o.wire)?;
+                        if item > 0 {
                             out.push(',');
                         }
-                        let at = out.len();
-                        self.entry(
-                            (*key, *value, value_default),
-                            &bytes[o.start..o.end],
-                            depth,
-                            occurrences,
-                            out,
-                        )?;
-                        if to - from > 1 {
-                            keys.push(at..out.len());
-                        }
+                        item += 1;
+                        self.scalar(field.kind, value, depth, occurrences, out)?;
                     }
-                    if has_duplicate_keys(out, &keys) {
-                        return Err(Failure::Fallback); // the last entry wins, where the first was
-                    }
-                    out.push('}');
                 }
+                out.push(']');
+            }
+            Shape::Map {
+                key,
+                value,
+                value_default,
+            } => {
+                comma(out);
+                out.push_str(&field.key);
+                out.push('{');
+                let mut keys: Vec<Range<usize>> = Vec::new();
+                for k in from..to {
+                    let o = occurrences[k];
+                    if k > from {
+                        out.push(',');
+                    }
+                    let at = out.len();
+                    self.entry(
+                        (*key, *value, value_default),
+                        &bytes[o.start..o.end],
+                        depth,
+                        occurrences,
+                        out,
+                    )?;
+                    if to - from > 1 {
+                        keys.push(at..out.len());
+                    }
+                }
+                if has_duplicate_keys(out, &keys) {
+                    return Err(Failure::Fallback); // the last entry wins, where the first was
+                }
+                out.push('}');
             }
         }
         Ok(())
