@@ -442,6 +442,88 @@ message Refund {
 }
 "#;
 
+    /// What SHOP leaves out: every wrapper and well-known type, maps of messages and of other
+    /// key kinds, repeated enums and timestamps, a oneof holding a message, an enum alias, a
+    /// recursive message, large field numbers.
+    pub(super) const EXTRA: &str = r#"
+syntax = "proto3";
+package extra;
+
+import "google/protobuf/any.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/empty.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message All {
+  enum Mood {
+    option allow_alias = true;
+    MOOD_UNSET = 0;
+    HAPPY = 1;
+    GLAD = 1;
+    SAD = -3;
+  }
+  message Leaf {
+    string name = 1;
+    repeated sint32 marks = 2;
+    Leaf next = 3;
+  }
+  repeated Mood moods = 1;
+  repeated google.protobuf.Timestamp times = 2;
+  map<string, Leaf> leaves = 3;
+  map<bool, Mood> by_flag = 4;
+  map<uint64, bytes> blobs = 5;
+  map<sint32, double> weights = 6;
+  map<fixed64, google.protobuf.Timestamp> stamps = 7;
+  oneof choice {
+    Leaf leaf = 8;
+    float ratio = 9;
+    google.protobuf.Empty nothing = 10;
+  }
+  google.protobuf.DoubleValue w_double = 11;
+  google.protobuf.FloatValue w_float = 12;
+  google.protobuf.UInt64Value w_uint64 = 13;
+  google.protobuf.Int32Value w_int32 = 14;
+  google.protobuf.UInt32Value w_uint32 = 15;
+  google.protobuf.BoolValue w_bool = 16;
+  google.protobuf.BytesValue w_bytes = 17;
+  google.protobuf.Duration took = 18;
+  google.protobuf.FieldMask mask = 19;
+  google.protobuf.Value any_value = 20;
+  google.protobuf.ListValue list = 21;
+  google.protobuf.Any packed_any = 22;
+  repeated fixed32 fixeds = 23;
+  repeated double doubles = 24;
+  repeated bool flags = 25;
+  repeated string names = 26;
+  Mood mood = 27;
+  optional sint64 maybe = 28;
+  Leaf leaf_field = 1000;
+  uint32 far = 536870911;
+  google.protobuf.NullValue nothing_at_all = 29;
+}
+"#;
+
+    /// proto2: presence on every singular field, a custom default, an enum without 0, repeated
+    /// fields unpacked (the proto2 default) and packed, a recursive message.
+    pub(super) const PROTO2: &str = r#"
+syntax = "proto2";
+package old;
+
+message Row {
+  enum Kind { FIRST = 5; SECOND = 6; }
+  optional int32 a = 1 [default = 7];
+  required string b = 2;
+  optional Kind kind = 3;
+  repeated int64 c = 4;
+  repeated int32 packed_c = 5 [packed = true];
+  optional Row child = 6;
+  map<string, Kind> kinds = 7;
+}
+"#;
+
     fn shop() -> ProtobufTranscoder {
         ProtobufTranscoder::new(SHOP).unwrap()
     }
