@@ -1,9 +1,13 @@
 //! Protobuf records (Confluent's wire format) into JSON text, so they map like JSON records.
 //!
 //! The registry hands out `.proto` source, not descriptors, so the schema is compiled here at
-//! run time (protox, which also supplies the `google/protobuf/*.proto` well-known types) and
-//! each payload is decoded dynamically (prost-reflect). The JSON is prost-reflect's proto3
-//! JSON mapping with the options that make it follow `transcode`'s conventions:
+//! run time (protox, which also supplies the `google/protobuf/*.proto` well-known types).
+//! Each message a record names is compiled once more into a program (`program`) that reads
+//! the wire format straight into JSON text (`decode`); prost-reflect's `DynamicMessage` and
+//! its serializer are the reference that program was written to equal, and decode what it
+//! leaves to them (merges, groups, extensions, deep nesting, every error, in their words).
+//! The JSON is prost-reflect's proto3 JSON mapping with the options that make it follow
+//! `transcode`'s conventions:
 //! - field names as declared in the `.proto`, not lowerCamelCase: columns map by field name;
 //! - `int64`, `uint64` and their kin as JSON numbers, not the mapping's strings: numeric
 //!   columns take both, numbers are what every other format gives them, and the exact digits
@@ -23,12 +27,21 @@
 //! well-known types (schema references) are not resolved: such a schema fails to compile.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 use super::transcode::Transcoder;
+
+mod decode;
+#[cfg(test)]
+mod differential;
+mod program;
+mod wire;
+mod write;
+
+use program::Program;
 
 /// The name the registered schema is compiled under (the registry gives it none).
 const SCHEMA_FILE: &str = "registered.proto";
@@ -40,10 +53,25 @@ const MAX_INDEXES: usize = 32;
 /// A `.proto` schema compiled for decoding its records.
 pub(crate) struct ProtobufTranscoder {
     file: FileDescriptor,
-    /// Message type per message-index path, resolved once: records of one schema nearly always
-    /// name the same message, so the walk through the descriptors is paid once.
-    resolved: RwLock<HashMap<Box<[u32]>, MessageDescriptor>>,
+    /// Message type per message-index path, resolved and compiled once: records of one schema
+    /// nearly always name the same message, so the walk and the compiling are paid once.
+    resolved: RwLock<HashMap<Box<[u32]>, Resolved>>,
     options: SerializeOptions,
+}
+
+/// A message type and its program.
+#[derive(Clone)]
+struct Resolved {
+    desc: MessageDescriptor,
+    program: Arc<Program>,
+}
+
+/// prost-reflect's JSON with `transcode`'s conventions (see the module's comment).
+fn serialize_options() -> SerializeOptions {
+    SerializeOptions::new()
+        .use_proto_field_name(true)
+        .stringify_64_bit_integers(false)
+        .skip_default_fields(false)
 }
 
 impl ProtobufTranscoder {
@@ -69,10 +97,7 @@ impl ProtobufTranscoder {
         Ok(Self {
             file,
             resolved: RwLock::new(HashMap::new()),
-            options: SerializeOptions::new()
-                .use_proto_field_name(true)
-                .stringify_64_bit_integers(false)
-                .skip_default_fields(false),
+            options: serialize_options(),
         })
     }
 
@@ -80,7 +105,7 @@ impl ProtobufTranscoder {
     /// For `check`: the fields of the first message (what index `[0]` selects), or of its
     /// `after` message for Debezium change events.
     pub(crate) fn row_fields(&self, debezium: bool) -> Result<Vec<String>, String> {
-        let mut message = self.message(&[0])?;
+        let mut message = self.message(&[0])?.desc;
         if debezium {
             message = match message.get_field_by_name("after").map(|f| f.kind()) {
                 Some(prost_reflect::Kind::Message(after)) => after,
@@ -95,7 +120,7 @@ impl ProtobufTranscoder {
         Ok(message.fields().map(|f| f.name().to_string()).collect())
     }
 
-    fn message(&self, path: &[u32]) -> Result<MessageDescriptor, String> {
+    fn message(&self, path: &[u32]) -> Result<Resolved, String> {
         // A poisoned lock only means another thread panicked mid-insert of a complete value;
         // the map is still sound.
         if let Some(found) = self
@@ -106,7 +131,11 @@ impl ProtobufTranscoder {
         {
             return Ok(found.clone());
         }
-        let found = self.resolve(path)?;
+        let desc = self.resolve(path)?;
+        let found = Resolved {
+            program: Arc::new(program::compile(&desc)),
+            desc,
+        };
         self.resolved
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -143,9 +172,78 @@ impl ProtobufTranscoder {
 
 impl Transcoder for ProtobufTranscoder {
     fn to_json(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        self.read(payload, out, None)
+    }
+
+    /// The fields of the first message (index `[0]`), in field-number order as written.
+    fn top_fields(&self) -> Option<Vec<String>> {
+        let found = self.message(&[0]).ok()?;
+        let program = &found.program;
+        match program.messages.get(program.root)? {
+            program::Message::Fields { .. } => {
+                Some(found.desc.fields().map(|f| f.name().to_string()).collect())
+            }
+            _ => None,
+        }
+    }
+
+    /// Spans only for records of the first message with every field written (an absent
+    /// field has no value to point at) and read directly; otherwise none, and the mapping
+    /// reads the object.
+    fn to_json_fields(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        spans: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<(), String> {
+        self.read(payload, out, Some(spans))
+    }
+}
+
+impl ProtobufTranscoder {
+    /// Reads the payload into `out` directly, or by prost-reflect where the direct reader
+    /// leaves it (and for every error, in prost-reflect's words); with `spans`, notes where
+    /// each top-level field went when it can.
+    fn read(
+        &self,
+        payload: &[u8],
+        out: &mut String,
+        mut spans: Option<&mut Vec<std::ops::Range<usize>>>,
+    ) -> Result<(), String> {
         let mut indexes = [0u32; MAX_INDEXES];
         let (depth, body) = message_indexes(payload, &mut indexes)?;
-        let desc = self.message(&indexes[..depth])?;
+        let found = self.message(&indexes[..depth])?;
+        let (start, spans_from) = (out.len(), spans.as_ref().map_or(0, |s| s.len()));
+        let program = &found.program;
+        let mut occurrences = Vec::with_capacity(64);
+        let read = match spans.as_deref_mut() {
+            Some(spans) if indexes[..depth] == [0] => {
+                program.run_top(body, &mut occurrences, out, spans)
+            }
+            _ => program.run(program.root, body, 0, &mut occurrences, out),
+        };
+        match read {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                out.truncate(start);
+                if let Some(spans) = spans {
+                    spans.truncate(spans_from);
+                }
+                self.by_value(&found.desc, body, out)
+            }
+        }
+    }
+}
+
+impl ProtobufTranscoder {
+    /// The record as prost-reflect decodes it into a `DynamicMessage` and serializes it: the
+    /// reference the direct reader was written to equal, and where it falls back.
+    fn by_value(
+        &self,
+        desc: &MessageDescriptor,
+        body: &[u8],
+        out: &mut String,
+    ) -> Result<(), String> {
         let message = DynamicMessage::decode(desc.clone(), body).map_err(|e| {
             format!(
                 "the payload is not a valid {} message: {e}",
@@ -166,6 +264,28 @@ impl Transcoder for ProtobufTranscoder {
         })?;
         out.push_str(&json);
         Ok(())
+    }
+
+    /// `to_json` by prost-reflect alone, for the tests.
+    #[cfg(test)]
+    fn to_json_by_value(&self, payload: &[u8], out: &mut String) -> Result<(), String> {
+        let mut indexes = [0u32; MAX_INDEXES];
+        let (depth, body) = message_indexes(payload, &mut indexes)?;
+        let found = self.message(&indexes[..depth])?;
+        self.by_value(&found.desc, body, out)
+    }
+
+    /// The direct reader alone, without falling back, for the tests.
+    #[cfg(test)]
+    fn to_json_direct(&self, payload: &[u8], out: &mut String) -> Result<(), decode::Failure> {
+        let mut indexes = [0u32; MAX_INDEXES];
+        let (depth, body) =
+            message_indexes(payload, &mut indexes).map_err(|_| decode::Failure::Bad("index"))?;
+        let found = self
+            .message(&indexes[..depth])
+            .map_err(|_| decode::Failure::Bad("index"))?;
+        let program = &found.program;
+        program.run(program.root, body, 0, &mut Vec::new(), out)
     }
 }
 
@@ -266,7 +386,7 @@ mod tests {
 
     /// Every scalar type, an enum, nested and repeated messages, maps, a oneof, an `optional`
     /// field and the well-known types; a second top-level message for index `[1]`.
-    const SHOP: &str = r#"
+    pub(super) const SHOP: &str = r#"
 syntax = "proto3";
 package shop;
 
@@ -319,6 +439,88 @@ message Order {
 message Refund {
   string order_id = 1;
   int64 amount = 2;
+}
+"#;
+
+    /// What SHOP leaves out: every wrapper and well-known type, maps of messages and of other
+    /// key kinds, repeated enums and timestamps, a oneof holding a message, an enum alias, a
+    /// recursive message, large field numbers.
+    pub(super) const EXTRA: &str = r#"
+syntax = "proto3";
+package extra;
+
+import "google/protobuf/any.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/empty.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message All {
+  enum Mood {
+    option allow_alias = true;
+    MOOD_UNSET = 0;
+    HAPPY = 1;
+    GLAD = 1;
+    SAD = -3;
+  }
+  message Leaf {
+    string name = 1;
+    repeated sint32 marks = 2;
+    Leaf next = 3;
+  }
+  repeated Mood moods = 1;
+  repeated google.protobuf.Timestamp times = 2;
+  map<string, Leaf> leaves = 3;
+  map<bool, Mood> by_flag = 4;
+  map<uint64, bytes> blobs = 5;
+  map<sint32, double> weights = 6;
+  map<fixed64, google.protobuf.Timestamp> stamps = 7;
+  oneof choice {
+    Leaf leaf = 8;
+    float ratio = 9;
+    google.protobuf.Empty nothing = 10;
+  }
+  google.protobuf.DoubleValue w_double = 11;
+  google.protobuf.FloatValue w_float = 12;
+  google.protobuf.UInt64Value w_uint64 = 13;
+  google.protobuf.Int32Value w_int32 = 14;
+  google.protobuf.UInt32Value w_uint32 = 15;
+  google.protobuf.BoolValue w_bool = 16;
+  google.protobuf.BytesValue w_bytes = 17;
+  google.protobuf.Duration took = 18;
+  google.protobuf.FieldMask mask = 19;
+  google.protobuf.Value any_value = 20;
+  google.protobuf.ListValue list = 21;
+  google.protobuf.Any packed_any = 22;
+  repeated fixed32 fixeds = 23;
+  repeated double doubles = 24;
+  repeated bool flags = 25;
+  repeated string names = 26;
+  Mood mood = 27;
+  optional sint64 maybe = 28;
+  Leaf leaf_field = 1000;
+  uint32 far = 536870911;
+  google.protobuf.NullValue nothing_at_all = 29;
+}
+"#;
+
+    /// proto2: presence on every singular field, a custom default, an enum without 0, repeated
+    /// fields unpacked (the proto2 default) and packed, a recursive message.
+    pub(super) const PROTO2: &str = r#"
+syntax = "proto2";
+package old;
+
+message Row {
+  enum Kind { FIRST = 5; SECOND = 6; }
+  optional int32 a = 1 [default = 7];
+  required string b = 2;
+  optional Kind kind = 3;
+  repeated int64 c = 4;
+  repeated int32 packed_c = 5 [packed = true];
+  optional Row child = 6;
+  map<string, Kind> kinds = 7;
 }
 "#;
 
