@@ -63,11 +63,13 @@ impl TopicMapper {
         let transcoded_value;
         let mut bounded = false;
         let mut spans = None;
+        let mut text = None;
         let value = match record.value {
             Some(v) if self.value_encoding.uses_registry() => {
                 transcoded_value = self.transcode(v, true)?;
                 bounded = transcoded_value.bounded;
                 spans = transcoded_value.fields.as_ref();
+                text = Some(transcoded_value.json.as_str());
                 Some(transcoded_value.json.as_bytes())
             }
             other => other,
@@ -84,7 +86,15 @@ impl TopicMapper {
                 return Err(MapError::TooDeep(MAX_JSON_DEPTH).into());
             }
         }
-        let decoded = envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?;
+        let decoded = match (text, self.format) {
+            // A transcoder's JSON text is already a `str`, and in this format the row itself.
+            (Some(json), RecordFormat::Json) => envelope::Decoded {
+                op: Op::Write,
+                doc: Some(json),
+                hints: None,
+            },
+            _ => envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?,
+        };
         let transcoded_key;
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
