@@ -12,6 +12,7 @@ mod convert;
 mod encode;
 mod envelope;
 mod json_schema;
+mod json_write;
 mod pointer;
 mod protobuf;
 mod rows;

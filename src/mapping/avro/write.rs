@@ -2,7 +2,6 @@
 //! the JSON text, without the formatting machinery.
 
 use std::fmt::Write as _;
-use std::io;
 
 use apache_avro::types::Value;
 use chrono::{DateTime, Datelike, NaiveDate, Timelike};
@@ -26,33 +25,7 @@ pub(super) fn push_int(out: &mut String, n: i64) {
     push_digits(out, n.unsigned_abs(), 1);
 }
 
-/// A JSON string, escaped by serde_json straight into `out`.
-pub(super) fn write_str(s: &str, out: &mut String) {
-    // Most strings need no escape: copied as they are.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    /// serde_json writes an escaped string in pieces that split it only at ASCII characters
-    /// it escapes, so every piece is UTF-8.
-    struct Text<'a>(&'a mut String);
-    impl io::Write for Text<'_> {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            let piece = std::str::from_utf8(buf)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            self.0.push_str(piece);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    // Writing a `str` into a `String` cannot fail.
-    let _ = serde_json::to_writer(Text(out), s);
-}
+pub(super) use crate::mapping::json_write::write_str;
 
 /// A float as the shortest text that reads back to it; whole numbers without a fraction, so
 /// they also fit integer columns; NaN and the infinities as the strings the converters take.

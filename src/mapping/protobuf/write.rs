@@ -1,7 +1,6 @@
 //! The JSON writers of the direct reader: each writes what serde_json writes for the value
 //! prost-reflect's serializer hands it.
 
-use std::io;
 use std::ops::Range;
 
 use super::program::Scalar;
@@ -66,31 +65,5 @@ pub(super) fn write_float(wide: f64, narrow: Option<f32>, out: &mut String) {
     }
 }
 
-/// A JSON string, escaped as serde_json escapes it.
-pub(super) fn write_str(s: &str, out: &mut String) {
-    // Most strings need no escape: copied as they are.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    // Writing a `str` into a `String` cannot fail.
-    let _ = serde_json::to_writer(Text(out), s);
-}
-
-/// serde_json's output into a `String`: it writes UTF-8 in pieces split only at ASCII.
-struct Text<'a>(&'a mut String);
-
-impl io::Write for Text<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let piece =
-            std::str::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        self.0.push_str(piece);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
+pub(super) use crate::mapping::json_write::write_str;
+use crate::mapping::json_write::Text;
