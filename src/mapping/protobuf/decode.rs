@@ -99,6 +99,13 @@ impl Program {
                         } else {
                             (f64::from_le_bytes(fixed(b)?), None)
                         };
+                        // prost-reflect re-encodes a wrapper before writing it, which drops a
+                        // value equal to the default: -0.0 comes back as 0.0.
+                        let (wide, narrow) = if wide == 0.0 {
+                            (0.0, narrow.map(|_| 0.0))
+                        } else {
+                            (wide, narrow)
+                        };
                         // serde writes a raw non-finite float as null.
                         if wide.is_finite() {
                             write_float(wide, narrow, out);
@@ -114,6 +121,12 @@ impl Program {
                 Ok(())
             }
             Message::ByValue(desc) => {
+                // Decoded on its own it would have prost's whole recursion budget (100), not
+                // what is left at this depth: unless its bytes cannot nest that deep (each
+                // level takes at least a tag and a length), the record is decoded whole.
+                if depth + bytes.len() / 2 + 5 > 100 {
+                    return Err(Failure::Fallback);
+                }
                 let message = DynamicMessage::decode(desc.clone(), bytes)
                     .map_err(|_| Failure::Bad("a well-known type does not decode"))?;
                 let mut json = Vec::new();

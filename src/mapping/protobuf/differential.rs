@@ -423,3 +423,53 @@ fn what_prost_reflect_merges_is_left_to_it() {
         assert!(out.contains(expect), "{expect} in {out}");
     }
 }
+
+#[test]
+fn a_wrapped_negative_zero_is_written_as_prost_reflect_writes_it() {
+    let t = ProtobufTranscoder::new(EXTRA).unwrap();
+    // w_double (11) = DoubleValue { value: -0.0 }, w_float (12) = FloatValue { value: -0.0 }.
+    let double = [0x09, 0, 0, 0, 0, 0, 0, 0, 0x80];
+    let float = [0x0d, 0, 0, 0, 0x80];
+    let body = [
+        &[0u8, 11 << 3 | 2, double.len() as u8][..],
+        &double,
+        &[12 << 3 | 2, float.len() as u8],
+        &float,
+    ]
+    .concat();
+    compare(&t, &body, true);
+    let mut out = String::new();
+    t.to_json_direct(&body, &mut out).unwrap();
+    assert!(out.contains(r#""w_double":0.0"#), "{out}");
+}
+
+#[test]
+fn a_well_known_type_deep_in_a_record_is_decoded_with_the_record() {
+    let t = ProtobufTranscoder::new(EXTRA).unwrap();
+    // any_value (20) = Value { number_value (2): 1.0 }, after enough bytes that it could
+    // nest past what prost leaves at this depth: decoded whole, with the same answer.
+    let mut value = vec![0x11, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f];
+    // Field 20's key, 20 << 3 | 2, takes two varint bytes.
+    let key = [0xa2, 0x01];
+    let small = [&[0u8][..], &key, &[value.len() as u8], &value].concat();
+    compare(&t, &small, true);
+    let direct = t.to_json_direct(&small, &mut String::new());
+    assert!(direct.is_ok(), "{direct:?}");
+    // A long run of unknown fields before the number: its bytes could hide deep nesting.
+    let mut padded = Vec::new();
+    for _ in 0..100 {
+        padded.extend([0x38, 0x01]); // unknown field 7, varint 1
+    }
+    padded.append(&mut value);
+    let mut body = [&[0u8][..], &key].concat();
+    encode_varint(padded.len() as u64, &mut body);
+    body.extend_from_slice(&padded);
+    compare(&t, &body, true);
+    assert!(matches!(
+        t.to_json_direct(&body, &mut String::new()),
+        Err(Failure::Fallback)
+    ));
+    let mut out = String::new();
+    t.to_json(&body, &mut out).unwrap();
+    assert!(out.contains(r#""any_value":1.0"#), "{out}");
+}
