@@ -17,7 +17,7 @@ use prost_reflect::DynamicMessage;
 use super::program::{Field, Message, Program, Scalar, Shape};
 use super::wire::{
     check_wire, field_key, field_value, fixed, flat_pair, next_field, packed_item, varint,
-    Occurrence,
+    wrapped_float, Occurrence,
 };
 use super::write::{default_of, has_duplicate_keys, write_float, write_str};
 use crate::mapping::encode::nests_deeper_than;
@@ -92,20 +92,7 @@ impl Program {
                 }
                 match (kind, last) {
                     (Scalar::Float | Scalar::Double, Some(range)) => {
-                        let b = &bytes[range];
-                        let (wide, narrow) = if *kind == Scalar::Float {
-                            let f = f32::from_le_bytes(fixed(b)?);
-                            (f64::from(f), Some(f))
-                        } else {
-                            (f64::from_le_bytes(fixed(b)?), None)
-                        };
-                        // prost-reflect re-encodes a wrapper before writing it, which drops a
-                        // value equal to the default: -0.0 comes back as 0.0.
-                        let (wide, narrow) = if wide == 0.0 {
-                            (0.0, narrow.map(|_| 0.0))
-                        } else {
-                            (wide, narrow)
-                        };
+                        let (wide, narrow) = wrapped_float(*kind, &bytes[range])?;
                         // serde writes a raw non-finite float as null.
                         if wide.is_finite() {
                             write_float(wide, narrow, out);

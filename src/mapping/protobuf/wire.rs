@@ -121,6 +121,23 @@ pub(super) fn fixed<const N: usize>(b: &[u8]) -> Result<[u8; N], Failure> {
         .map_err(|_| Failure::Bad("a fixed-width value is cut off"))
 }
 
+/// The value of a `FloatValue`/`DoubleValue` (`Float` or `Double`), wide and as the `f32` it
+/// was. prost-reflect re-encodes a wrapper before writing it, which drops a value equal to
+/// the default: -0.0 comes back as 0.0, so it is written as 0.0 here too.
+pub(super) fn wrapped_float(kind: Scalar, b: &[u8]) -> Result<(f64, Option<f32>), Failure> {
+    let (wide, narrow) = if kind == Scalar::Float {
+        let f = f32::from_le_bytes(fixed(b)?);
+        (f64::from(f), Some(f))
+    } else {
+        (f64::from_le_bytes(fixed(b)?), None)
+    };
+    Ok(if wide == 0.0 {
+        (0.0, narrow.map(|_| 0.0))
+    } else {
+        (wide, narrow)
+    })
+}
+
 /// Fields 1 and 2 of a message of two varints (`Timestamp`), the last of each winning.
 pub(super) fn flat_pair(bytes: &[u8]) -> Result<(Option<u64>, Option<u64>), Failure> {
     let (mut one, mut two) = (None, None);
