@@ -28,6 +28,7 @@ use number::{decimal_from_base64, encode_number_text, is_json_number};
 use text::{check_text, write_json_text};
 
 pub(crate) use meta::write_meta;
+pub(crate) use number::twos_complement_digits;
 pub(crate) use text::write_raw;
 
 /// A value from the record as a converter takes it: JSON (a field, a constant, a JSON key),

@@ -341,8 +341,8 @@ impl AvroTranscoder {
     }
 }
 
-/// An integer as its step says.
-fn write_number(n: i64, number: Number, out: &mut String) -> Result<(), String> {
+/// An integer as its step (or plan node) says.
+pub(super) fn write_number(n: i64, number: Number, out: &mut String) -> Result<(), String> {
     match number {
         Number::Plain => push_int(out, n),
         Number::Days => write_date(n, out)?,

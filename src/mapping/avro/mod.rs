@@ -210,18 +210,8 @@ impl AvroTranscoder {
         match value {
             Value::Null => out.push_str("null"),
             Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-            Value::Int(n) => match node {
-                Node::Days => write_date(i64::from(*n), out)?,
-                Node::TimeOfDay(unit) => write_time_of_day(i64::from(*n), *unit, out)?,
-                Node::Epoch { unit, zone } => write_timestamp(i64::from(*n), *unit, *zone, out)?,
-                _ => push_int(out, i64::from(*n)),
-            },
-            Value::Long(n) => match node {
-                Node::Days => write_date(*n, out)?,
-                Node::TimeOfDay(unit) => write_time_of_day(*n, *unit, out)?,
-                Node::Epoch { unit, zone } => write_timestamp(*n, *unit, *zone, out)?,
-                _ => push_int(out, *n),
-            },
+            Value::Int(n) => decode::write_number(i64::from(*n), program::number_of(node), out)?,
+            Value::Long(n) => decode::write_number(*n, program::number_of(node), out)?,
             Value::Float(f) => write_float(*f, f64::from(*f), out),
             Value::Double(f) => write_float(*f, *f, out),
             Value::Bytes(b) | Value::Fixed(_, b) => match node {

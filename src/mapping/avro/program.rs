@@ -118,15 +118,7 @@ impl Compiler<'_> {
     /// The step for `schema` at plan node `node`, mirroring `AvroTranscoder::write`.
     fn compile(&mut self, schema: &Schema, node: usize) -> Result<usize, String> {
         let hint = self.plan.get(node).unwrap_or(&Node::Plain);
-        let number = match hint {
-            Node::Days => Number::Days,
-            Node::TimeOfDay(unit) => Number::TimeOfDay(*unit),
-            Node::Epoch { unit, zone } => Number::Epoch {
-                unit: *unit,
-                zone: *zone,
-            },
-            _ => Number::Plain,
-        };
+        let number = number_of(hint);
         let blob = match hint {
             Node::Decimal {
                 scale,
@@ -247,6 +239,20 @@ impl Compiler<'_> {
             fields.push((key, self.compile(&field.schema, node)?));
         }
         Ok(fields)
+    }
+}
+
+/// What an integer at a position with this plan node stands for: one answer for the steps
+/// and for `AvroTranscoder::write`.
+pub(super) fn number_of(hint: &Node) -> Number {
+    match hint {
+        Node::Days => Number::Days,
+        Node::TimeOfDay(unit) => Number::TimeOfDay(*unit),
+        Node::Epoch { unit, zone } => Number::Epoch {
+            unit: *unit,
+            zone: *zone,
+        },
+        _ => Number::Plain,
     }
 }
 

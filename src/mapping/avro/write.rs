@@ -88,15 +88,7 @@ pub(super) fn write_decimal(bytes: &[u8], scale: i64, out: &mut String) -> Resul
             "decimal scale {scale} is out of range (-{MAX_DECIMAL_SCALE} to {MAX_DECIMAL_SCALE})"
         ));
     }
-    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
-    let digits = if bytes.len() <= 16 {
-        let fill = if negative { 0xff } else { 0 };
-        let mut wide = [fill; 16];
-        wide[16 - bytes.len()..].copy_from_slice(bytes);
-        i128::from_be_bytes(wide).unsigned_abs().to_string()
-    } else {
-        long_division_digits(bytes, negative)
-    };
+    let (negative, digits) = crate::mapping::convert::twos_complement_digits(bytes);
     if negative {
         out.push('-');
     }
@@ -119,38 +111,6 @@ pub(super) fn write_decimal(bytes: &[u8], scale: i64, out: &mut String) -> Resul
         out.push_str(&digits[point..]);
     }
     Ok(())
-}
-
-/// The decimal digits of the magnitude of a two's-complement integer wider than `i128`.
-pub(super) fn long_division_digits(bytes: &[u8], negative: bool) -> String {
-    let mut magnitude: Vec<u8> = if negative {
-        bytes.iter().map(|b| !b).collect()
-    } else {
-        bytes.to_vec()
-    };
-    if negative {
-        for b in magnitude.iter_mut().rev() {
-            let (v, carry) = b.overflowing_add(1);
-            *b = v;
-            if !carry {
-                break;
-            }
-        }
-    }
-    let mut digits = Vec::new();
-    while magnitude.iter().any(|&b| b != 0) {
-        let mut rem = 0u32;
-        for b in magnitude.iter_mut() {
-            let cur = (rem << 8) | u32::from(*b);
-            *b = (cur / 10) as u8;
-            rem = cur % 10;
-        }
-        digits.push(char::from(b'0' + rem as u8));
-    }
-    if digits.is_empty() {
-        digits.push('0');
-    }
-    digits.iter().rev().collect()
 }
 
 /// Debezium's `{scale, value}` record as an exact number.

@@ -104,12 +104,45 @@ pub(super) fn decimal_from_base64(b64: &str, scale: u32) -> Result<String, Strin
     if bytes.len() > 128 {
         return Err("decimal is too long".into());
     }
+    let (negative, digits) = twos_complement_digits(&bytes);
+    let scale = scale as usize;
+    // At least one digit before the point.
+    let digits = match (scale + 1).checked_sub(digits.len()) {
+        Some(zeros) if zeros > 0 => "0".repeat(zeros) + &digits,
+        _ => digits,
+    };
+    let point = digits.len() - scale;
+    let mut text = String::with_capacity(digits.len() + 2);
+    if negative {
+        text.push('-');
+    }
+    text.push_str(&digits[..point]);
+    if scale > 0 {
+        text.push('.');
+        text.push_str(&digits[point..]);
+    }
+    Ok(text)
+}
+
+/// The sign and the decimal digits of the magnitude of a big-endian two's-complement
+/// integer (Connect's and Avro's unscaled decimals): through `i128` when it fits, by long
+/// division when it is wider. No bytes is zero.
+pub(crate) fn twos_complement_digits(bytes: &[u8]) -> (bool, String) {
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    if bytes.len() <= 16 {
+        let fill = if negative { 0xff } else { 0 };
+        let mut wide = [fill; 16];
+        wide[16 - bytes.len()..].copy_from_slice(bytes);
+        return (
+            negative,
+            i128::from_be_bytes(wide).unsigned_abs().to_string(),
+        );
+    }
     // Magnitude of a two's-complement number: invert and add one when negative.
     let mut magnitude: Vec<u8> = if negative {
         bytes.iter().map(|b| !b).collect()
     } else {
-        bytes
+        bytes.to_vec()
     };
     if negative {
         for b in magnitude.iter_mut().rev() {
@@ -125,31 +158,16 @@ pub(super) fn decimal_from_base64(b64: &str, scale: u32) -> Result<String, Strin
     while magnitude.iter().any(|&b| b != 0) {
         let mut rem = 0u32;
         for b in magnitude.iter_mut() {
-            let cur = (rem << 8) | *b as u32;
+            let cur = (rem << 8) | u32::from(*b);
             *b = (cur / 10) as u8;
             rem = cur % 10;
         }
-        digits.push(b'0' + rem as u8);
+        digits.push(char::from(b'0' + rem as u8));
     }
     if digits.is_empty() {
-        digits.push(b'0');
+        digits.push('0');
     }
-    let scale = scale as usize;
-    while digits.len() <= scale {
-        digits.push(b'0');
-    }
-    digits.reverse();
-    let mut text = String::with_capacity(digits.len() + 2);
-    if negative {
-        text.push('-');
-    }
-    let point = digits.len() - scale;
-    text.push_str(std::str::from_utf8(&digits[..point]).expect("ascii digits"));
-    if scale > 0 {
-        text.push('.');
-        text.push_str(std::str::from_utf8(&digits[point..]).expect("ascii digits"));
-    }
-    Ok(text)
+    (negative, digits.iter().rev().collect())
 }
 
 /// Partition and offset into any integer or numeric column; a value that does not fit is an
