@@ -11,6 +11,7 @@ mod cli;
 mod crash;
 mod dead_letters;
 mod delivery;
+mod deploy;
 mod faults;
 mod formats;
 mod helpers;
