@@ -110,6 +110,7 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
         "secretKeyRef:\n                  name: kafka-pg-sink-db\n                  key: url",
         "value: \"0.0.0.0:9464\"",
         "maxSurge: 0",
+        "maxUnavailable: 1",
         "runAsNonRoot: true",
         "checksum/config:",
     ] {
