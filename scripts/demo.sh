@@ -13,11 +13,14 @@
 #   - on Ctrl-C (or after --duration seconds) stops the producer, then the sink (SIGTERM: it
 #     commits what it took), prints what arrived, and stops the services it started.
 #
-# Usage: scripts/demo.sh [--rate N] [--duration SECONDS] [--interval SECONDS] [--debug]
+# Usage: scripts/demo.sh [--rate N] [--duration SECONDS] [--interval SECONDS] [--debug | --bin PATH]
 #   --rate N            records per second from the producer (default 100)
 #   --duration SECONDS  stop by itself after this long (default 0: run until Ctrl-C)
 #   --interval SECONDS  progress every this many seconds (default 5)
 #   --debug             build and run the debug binary (faster to build, slower to run)
+#   --bin PATH          run this binary, build nothing (.ci/run: the one `cargo test` built)
+# KPS_INSTANCE=NAME runs it on a named dev-services instance (its own PostgreSQL cluster and
+# broker), which it starts and then stops again.
 # Exits 1 if no row arrived. The data stays (table `orders`, topic `orders`, group
 # `orders-sink`); a later run adds to it with new order ids.
 set -euo pipefail
@@ -33,6 +36,7 @@ while (($# > 0)); do
     --duration) duration=${2:?--duration needs seconds}; shift 2 ;;
     --interval) interval=${2:?--interval needs seconds}; shift 2 ;;
     --debug) profile=debug; shift ;;
+    --bin) profile=given; bin=${2:?--bin needs a path}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -96,7 +100,9 @@ eval "$(scripts/dev-services.sh env)"
 psql() { command psql -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
 
 # ---------------------------------------------------------------- build
-if [[ $profile == release ]]; then
+if [[ $profile == given ]]; then
+    [[ -x $bin ]] || { say "$bin is not an executable"; exit 2; }
+elif [[ $profile == release ]]; then
     say "building the release binary (the first build takes some minutes)"
     cargo build --release --quiet
     bin=target/release/kafka-pg-sink
