@@ -208,6 +208,16 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("anything but a JSON array: a scalar is never wrapped into one, a string such as `\"{1,2}\"` is not parsed; a nested array (multi-dimensional arrays are not supported, in `jsonb[]` and `text[]` too)", &["src/mapping/convert/array.rs::nested_arrays_scalars_and_bad_elements_are_refused_by_name", "arrays::json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_letters"]),
     ("an element its type refuses, named by position (`element 2: …`)", &["src/mapping/convert/array.rs::nested_arrays_scalars_and_bad_elements_are_refused_by_name", "src/mapping/convert/array.rs::each_element_converts_as_its_scalar_column_would", "arrays::json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_letters"]),
     ("arrays and repeated fields also array columns (`text[]`, `bigint[]`, …)", &["arrays::avro_arrays_land_in_array_columns", "arrays::protobuf_repeated_fields_land_in_array_columns"]),
+    ("the chart never creates a Secret, it only references them", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas"]),
+    ("liveness on `/health`, readiness on `/ready`", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas"]),
+    ("A changed config rolls the pods", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas"]),
+    ("and rollouts that replace one process at a time without a surge pod", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas"]),
+    ("`migrate` as a **pre-install/pre-upgrade hook Job** with the database URL alone", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas"]),
+    ("so the chart refuses `replicaCount` above `partitions`", &["deploy::the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas", "deploy::deploy_check_validates_the_chart_the_keda_examples_and_the_alerts"]),
+    ("validates every rendered manifest with `kubernetes-validate --strict` against the Kubernetes 1.33 JSON schemas", &["deploy::deploy_check_validates_the_chart_the_keda_examples_and_the_alerts"]),
+    ("`maxReplicaCount` equal to the partition count", &["deploy::deploy_check_validates_the_chart_the_keda_examples_and_the_alerts"]),
+    ("each alert fires on the series that should fire it and stays silent otherwise", &["alerts::the_alert_rules_pass_promtool_check_and_their_unit_tests"]),
+    ("`alerts::` scrapes a running sink with a real Prometheus loading the rules", &["alerts::a_real_prometheus_scrapes_the_sink_and_evaluates_every_alert_rule"]),
 ];
 
 /// Where a test named in `CLAIMS` lives, and whether a function of that name is there.

@@ -1,6 +1,7 @@
 //! Integration tests: the real binary against a real Kafka broker and a real PostgreSQL.
 //! Each test makes its own database and topics, so they run in parallel.
 
+mod alerts;
 mod arrays;
 mod avro;
 mod bad_input;
@@ -10,6 +11,7 @@ mod cli;
 mod crash;
 mod dead_letters;
 mod delivery;
+mod deploy;
 mod faults;
 mod formats;
 mod helpers;
