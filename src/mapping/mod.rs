@@ -35,7 +35,9 @@ pub use rows::{Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub use source::{Meta, Source};
 
-use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
+use crate::config::{
+    ByteaEncoding, Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode,
+};
 use crate::registry::{RegisteredSchema, SchemaKind};
 use crate::schema::{Column, ColumnType, Table};
 use envelope::HintCache;
@@ -130,6 +132,8 @@ pub struct TopicMapper {
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
+    /// Per column: its strings are hex (`bytea_encoding`), not base64.
+    hex: Vec<bool>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -224,6 +228,7 @@ impl TopicMapper {
             ),
         };
         let units = time_units(topic, &table).map_err(err)?;
+        let hex = hex_columns(topic, &table).map_err(err)?;
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -248,6 +253,7 @@ impl TopicMapper {
             upsert_keys,
             hints: HintCache::default(),
             units,
+            hex,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -396,6 +402,11 @@ impl TopicMapper {
         self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
     }
 
+    /// For `check`: whether column `i` reads its strings as hex.
+    pub(crate) fn reads_hex(&self, i: usize) -> bool {
+        self.hex[i]
+    }
+
     /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
     /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
     /// small) unless a schema comes with it and says otherwise.
@@ -446,9 +457,13 @@ fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<Configu
         let (i, col) = table
             .column(name)
             .ok_or_else(|| format!("time_units.{name}: column {name:?} is not in the table"))?;
-        if !is_time(col.ty) {
+        let counted = matches!(
+            col.ty.scalar_part(),
+            ColumnType::Time | ColumnType::Timetz | ColumnType::Interval
+        );
+        if !is_time(col.ty) && !counted {
             return Err(format!(
-                "time_units.{name}: column {name:?} is {}; a time unit applies to timestamp, timestamptz and date columns",
+                "time_units.{name}: column {name:?} is {}; a time unit applies to timestamp, timestamptz, date, time, timetz and interval columns",
                 col.sql_type
             ));
         }
@@ -461,6 +476,25 @@ fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<Configu
         units[i] = Some(ConfiguredUnit::Column(unit));
     }
     Ok(units)
+}
+
+/// Which columns read hex: `bytea_encoding` entries must name bytea columns (or arrays of
+/// bytea), so a misspelt or mistyped entry is refused at startup, not ignored.
+fn hex_columns(topic: &TopicSettings, table: &Table) -> Result<Vec<bool>, String> {
+    let mut hex = vec![false; table.columns.len()];
+    for (name, &encoding) in &topic.bytea_encoding {
+        let (i, col) = table
+            .column(name)
+            .ok_or_else(|| format!("bytea_encoding.{name}: column {name:?} is not in the table"))?;
+        if col.ty.scalar_part() != ColumnType::Bytea {
+            return Err(format!(
+                "bytea_encoding.{name}: column {name:?} is {}, not bytea",
+                col.sql_type
+            ));
+        }
+        hex[i] = encoding == ByteaEncoding::Hex;
+    }
+    Ok(hex)
 }
 
 /// Resolves the upsert key: configured columns, else the primary key; it must match a unique

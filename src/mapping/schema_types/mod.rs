@@ -87,6 +87,12 @@ fn accepted(ty: ColumnType) -> Shapes {
         T::Uuid => Shapes::STRING.or(Shapes::UUID),
         // Base64 strings only.
         T::Bytea => Shapes::STRING,
+        // `HH:MM:SS` strings, or integers since midnight in a stated unit.
+        T::Time | T::Timetz => Shapes::NUMBER.or(Shapes::STRING).or(Shapes::TIME_OF_DAY),
+        // ISO 8601 strings, integers in a stated unit, Avro's `duration` object.
+        T::Interval => Shapes::NUMBER.or(Shapes::STRING).or(Shapes::OBJECT),
+        // Address strings only.
+        T::Inet | T::Cidr | T::Macaddr | T::Macaddr8 => Shapes::STRING,
         // Only a JSON array; its elements are not held against the element type here.
         T::Array(_) => Shapes::ARRAY,
     }
@@ -257,6 +263,8 @@ fn avro_shapes(root: &Value, ty: &Value, depth: usize) -> Shapes {
                     | "io.debezium.time.NanoTimestamp"
                     | "org.apache.kafka.connect.data.Timestamp",
                 ) => Shapes::TIMESTAMP,
+                // Written as an ISO 8601 duration string.
+                ("long", _, "io.debezium.time.MicroDuration") => Shapes::STRING,
                 ("string", "uuid", _) => Shapes::UUID,
                 // A decimal whose attributes apache-avro refuses is decoded as plain bytes.
                 ("bytes" | "fixed", "decimal" | "big-decimal", _)
