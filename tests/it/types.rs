@@ -352,8 +352,8 @@ async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_on
         }
     }
     // The last bad ones after the loop, so every one is produced.
-    for n in bad_at.len()..bad.len() {
-        records.push(RawRecord::json(0, &bad[n].0.to_string()));
+    for (n, (doc, ..)) in bad.iter().enumerate().skip(bad_at.len()) {
+        records.push(RawRecord::json(0, &doc.to_string()));
         bad_at.insert(offset, n);
         offset += 1;
     }

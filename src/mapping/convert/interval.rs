@@ -111,9 +111,7 @@ pub(super) fn parse_iso(s: &str) -> Result<Interval, String> {
         .strip_prefix('P')
         .ok_or_else(|| bad("it must start with P".into()))?;
     let (date, time) = match rest.split_once('T') {
-        Some((date, time)) if time.is_empty() => {
-            return Err(bad(format!("nothing after T in {date:?}T")))
-        }
+        Some((date, "")) => return Err(bad(format!("nothing after T in {date:?}T"))),
         Some((date, time)) => (date, Some(time)),
         None => (rest, None),
     };
@@ -188,10 +186,13 @@ pub(super) fn parse_iso(s: &str) -> Result<Interval, String> {
     })
 }
 
+/// A fraction's digits as an integer and how many there are (`.05` is `(5, 2)`).
+type Fraction = (i128, u32);
+
 /// A decimal with an optional sign: the sign (1 or -1), its whole part, and the fraction's
 /// digits and their count if it has one (`.` or `,`, as ISO 8601 allows). At most 18 digits
 /// each side, so the arithmetic above cannot overflow an i128.
-fn decimal(s: &str) -> Option<(i128, i128, Option<(i128, u32)>)> {
+fn decimal(s: &str) -> Option<(i128, i128, Option<Fraction>)> {
     let (sign, digits) = match s.as_bytes().first()? {
         b'-' => (-1, &s[1..]),
         b'+' => (1, &s[1..]),
