@@ -698,3 +698,41 @@ async fn avro_durations_and_times_of_day_land_in_interval_and_time_columns() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_new_types_upsert_through_the_staging_table_with_the_last_record_per_key_winning() {
+    let db = TestDb::migrated().await;
+    db.pool.execute(TABLE).await.unwrap();
+    let topic = TestTopic::create(1).await;
+    // Each of 30 keys written three times, the versions spread over batches; the last wins.
+    let mut last = BTreeMap::new();
+    let mut records = Vec::new();
+    for version in 0..3i64 {
+        for key in 0..30i64 {
+            let mut doc = record(key * 3 + version);
+            doc["id"] = json!(key);
+            // Every version carries every column (null included): an absent column is left
+            // alone by an upsert, which is tested elsewhere.
+            for column in ["ip", "tz"] {
+                if doc.get(column).is_none() {
+                    doc[column] = Value::Null;
+                }
+            }
+            records.push(RawRecord::json(0, &doc.to_string()));
+            last.insert(key, doc);
+        }
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let docs: Vec<Value> = last.into_values().collect();
+    keep_produced(&db, &docs).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "kinds");
+    config.max_records = 40;
+    config.topic_settings = format!("mode = \"upsert\"\n{SETTINGS}");
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+    assert_eq!(db.count("kinds").await, 30);
+    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    assert_eq!(differences(&db).await, vec![]);
+}

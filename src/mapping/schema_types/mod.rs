@@ -471,6 +471,45 @@ mod tests {
     }
 
     #[test]
+    fn times_of_day_intervals_and_addresses_take_only_what_can_convert() {
+        let f = types(SchemaKind::Avro, AVRO, false);
+        // A time column takes times of day, strings and integers (with a unit), never a date,
+        // a timestamp, a UUID, a boolean or a structure.
+        let time = [
+            "flag", "day", "at", "id", "tags", "attrs", "inner", "maybe", "cdate",
+        ];
+        assert_eq!(never(&f, ColumnType::Time), time);
+        assert_eq!(never(&f, ColumnType::Timetz), time);
+        // An interval also takes an object (Avro's duration), never a time of day.
+        assert_eq!(
+            never(&f, ColumnType::Interval),
+            ["flag", "day", "at", "tod", "id", "tags", "maybe", "cdate"]
+        );
+        // Addresses are strings only.
+        let address = [
+            "flag", "n", "x", "day", "at", "tod", "id", "tags", "attrs", "inner", "maybe", "cdate",
+            "vsd",
+        ];
+        for ty in [
+            ColumnType::Inet,
+            ColumnType::Cidr,
+            ColumnType::Macaddr,
+            ColumnType::Macaddr8,
+        ] {
+            assert_eq!(never(&f, ty), address, "{ty:?}");
+        }
+        // Debezium's MicroDuration is written as an ISO 8601 string.
+        let d = types(
+            SchemaKind::Avro,
+            r#"{"type":"record","name":"D","fields":[
+              {"name":"d","type":{"type":"long","connect.name":"io.debezium.time.MicroDuration"}}]}"#,
+            false,
+        );
+        assert_eq!(d[0].shapes, Shapes::STRING);
+        assert!(never(&d, ColumnType::Interval).is_empty());
+    }
+
+    #[test]
     fn avro_types_that_never_convert_are_told_from_those_that_may() {
         let f = types(SchemaKind::Avro, AVRO, false);
         // Numbers take numbers and strings (a string may hold digits); never a boolean, a
