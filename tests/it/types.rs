@@ -736,3 +736,118 @@ async fn the_new_types_upsert_through_the_staging_table_with_the_last_record_per
     assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
     assert_eq!(differences(&db).await, vec![]);
 }
+
+/// A Protobuf message with a well-known `Duration` and strings for the address and time
+/// columns.
+const PROTO: &str = r#"syntax = "proto3";
+package kps.types;
+import "google/protobuf/duration.proto";
+
+message Span {
+  int64 id = 1;
+  google.protobuf.Duration took = 2;
+  string at = 3;
+  string ip = 4;
+  repeated google.protobuf.Duration laps = 5;
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn protobuf_durations_land_in_interval_columns() {
+    use prost_reflect::prost::Message as _;
+    use prost_reflect::{DynamicMessage, Value as Proto};
+
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE pspans (id bigint PRIMARY KEY, took interval, at time, ip inet,
+                                  laps interval[])",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Protobuf,
+        PROTO,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("span.proto"), PROTO).unwrap();
+    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
+    compiler.include_imports(true);
+    compiler.open_file("span.proto").unwrap();
+    let pool = compiler.descriptor_pool();
+    let duration = |seconds: i64, nanos: i32| {
+        let mut d = DynamicMessage::new(
+            pool.get_message_by_name("google.protobuf.Duration")
+                .unwrap(),
+        );
+        d.set_field_by_name("seconds", Proto::I64(seconds));
+        d.set_field_by_name("nanos", Proto::I32(nanos));
+        Proto::Message(d)
+    };
+    let message = |n: i64, took: Proto, laps: Vec<Proto>| {
+        let mut m = DynamicMessage::new(pool.get_message_by_name("kps.types.Span").unwrap());
+        m.set_field_by_name("id", Proto::I64(n));
+        m.set_field_by_name("took", took);
+        m.set_field_by_name("at", Proto::String(format!("0{n}:30:00")));
+        m.set_field_by_name("ip", Proto::String(format!("fe80::{n}/64")));
+        m.set_field_by_name("laps", Proto::List(laps));
+        // The first top-level message: the index array is the single byte 0.
+        let mut payload = vec![0];
+        payload.extend(m.encode_to_vec());
+        RawRecord {
+            partition: 0,
+            value: Some(framed(id, &payload)),
+            ..Default::default()
+        }
+    };
+    let records = vec![
+        message(
+            1,
+            duration(93_784, 500_000_000),
+            vec![duration(1, 0), duration(0, 250_000_000)],
+        ),
+        message(2, duration(-1, -500_000_000), vec![]),
+        // Nanoseconds that are not whole microseconds: refused, not rounded.
+        message(3, duration(0, 1), vec![]),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "pspans");
+    config.topic_settings = "format = \"protobuf\"\non_error = \"dead_letter\"".into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+    let text = |s: &str| Some(s.to_string());
+    assert_eq!(
+        db.rows_as_text("pspans", &["id", "took", "at", "ip", "laps"])
+            .await,
+        vec![
+            vec![
+                text("1"),
+                text("26:03:04.5"),
+                text("01:30:00"),
+                text("fe80::1/64"),
+                text("{00:00:01,00:00:00.25}"),
+            ],
+            vec![
+                text("2"),
+                text("-00:00:01.5"),
+                text("02:30:00"),
+                text("fe80::2/64"),
+                text("{}"),
+            ],
+        ]
+    );
+    let letters = dead_letters(&db, &topic.name).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!((letters[0].0, letters[0].1.as_str()), (2, "mapping"));
+    assert!(
+        letters[0].2.contains("finer than a microsecond"),
+        "{letters:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `interval` from ISO 8601 durations (`P1Y2M3DT4H5M6.5S`, Debezium's
 //! `io.debezium.time.Interval`), from an integer count in a stated unit (Debezium's
-//! `MicroDuration`: microseconds) and from Avro's `duration` (`{months, days, millis}`), into
+//! `MicroDuration`: microseconds), from Avro's `duration` (`{months, days, millis}`) and from
+//! Protobuf's `Duration` (`"1.5s"`), into
 //! the form `interval_send` writes: microseconds as an int64, then days and months as int32s.
 //!
 //! PostgreSQL keeps the three apart because none converts exactly into another (a month has
@@ -34,6 +35,7 @@ pub(super) fn write_interval(
     out: &mut BytesMut,
 ) -> Result<(), String> {
     let interval = match (input.string()?, input) {
+        (Some(s), _) if s.ends_with('s') => proto_seconds(&s)?,
         (Some(s), _) => parse_iso(&s)?,
         (None, Input::Json(raw)) if raw.get().starts_with('{') => avro_duration(raw.get())?,
         (None, _) => integer(input, unit)?,
@@ -95,6 +97,34 @@ fn avro_duration(text: &str) -> Result<Interval, String> {
         micros: i64::from(d.millis) * 1_000,
         days: field(d.days, "days")?,
         months: field(d.months, "months")?,
+    })
+}
+
+/// Protobuf's `google.protobuf.Duration` in its proto3 JSON form, as the Protobuf reader
+/// writes it: seconds with up to nine decimals and a lower-case `s` (`"1.5s"`, `"-0.25s"`),
+/// all of it time. Nanoseconds that are not whole microseconds are refused, as in ISO input.
+fn proto_seconds(s: &str) -> Result<Interval, String> {
+    let bad = |why: &str| format!("{s:?} is not a protobuf duration (1.5s): {why}");
+    let number = &s[..s.len() - 1];
+    let (sign, whole, fraction) = decimal(number)
+        .filter(|_| !number.contains(','))
+        .ok_or_else(|| bad("not a number of seconds"))?;
+    let part = match fraction {
+        None => 0,
+        Some((digits, places)) if places <= 9 => {
+            let ten = 10i128.pow(places);
+            if digits * 1_000_000 % ten != 0 {
+                return Err(bad("finer than a microsecond"));
+            }
+            digits * 1_000_000 / ten
+        }
+        Some(_) => return Err(bad("more than nine decimals")),
+    };
+    let micros = i64::try_from(sign * (whole * 1_000_000 + part))
+        .map_err(|_| bad("out of range for an interval"))?;
+    Ok(Interval {
+        micros,
+        ..Interval::default()
     })
 }
 
@@ -286,6 +316,27 @@ mod tests {
             ("P9999999999999999999D", "is not a number"),
         ] {
             let err = written(&format!("{bad:?}"), None).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn protobuf_durations_are_seconds_with_up_to_nine_decimals() {
+        let ok = |s: &str| written(&format!("{s:?}"), None);
+        assert_eq!(ok("1.5s"), Ok(iv(0, 0, 1_500_000)));
+        assert_eq!(ok("-0.25s"), Ok(iv(0, 0, -250_000)));
+        assert_eq!(ok("0s"), Ok(iv(0, 0, 0)));
+        assert_eq!(ok("86400s"), Ok(iv(0, 0, 86_400_000_000)));
+        assert_eq!(ok("1.000001000s"), Ok(iv(0, 0, 1_000_001)));
+        for (bad, why) in [
+            ("1.000000001s", "finer than a microsecond"),
+            ("1.0000000000s", "more than nine decimals"),
+            ("s", "not a number"),
+            ("1,5s", "not a number"),
+            ("1.5 s", "not a number"),
+            ("1.5S", "must start with P"),
+        ] {
+            let err = ok(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }
