@@ -31,10 +31,11 @@ const TABLE: &str = "
 CREATE EXTENSION IF NOT EXISTS citext;
 CREATE DOMAIN port AS int4 NOT NULL CHECK (VALUE BETWEEN 1 AND 65535);
 CREATE DOMAIN short_span AS interval CHECK (VALUE < interval '1 day');
+CREATE DOMAIN email AS citext CHECK (VALUE LIKE '%_@_%');
 CREATE TABLE kinds (
     id bigint PRIMARY KEY,
     t time, tz timetz, iv interval, ip inet, net cidr, mac macaddr, mac8 macaddr8,
-    name citext, port port, span short_span, raw bytea, blob bytea,
+    name citext, email email, port port, span short_span, raw bytea, blob bytea,
     times time[], ips inet[], names citext[], ivs interval[], nets cidr[], macs macaddr[],
     kafka_partition int, kafka_offset bigint)";
 
@@ -59,6 +60,7 @@ const ORACLE: &[(&str, &str, &str)] = &[
     ("mac", "macaddr", "(v #>> '{}')::macaddr"),
     ("mac8", "macaddr8", "(v #>> '{}')::macaddr8"),
     ("name", "citext", "(v #>> '{}')::citext"),
+    ("email", "email", "(v #>> '{}')::email"),
     ("port", "port", "(v #>> '{}')::port"),
     ("span", "short_span", "(v #>> '{}')::short_span"),
     (
@@ -146,6 +148,7 @@ fn record(i: i64) -> Value {
         "mac": mac,
         "mac8": mac8,
         "name": format!("Ann {i} ÉÈ"),
+        "email": format!("Ann.{i}@Example.org"),
         "port": 1 + (i * 523) % 65_535,
         "span": format!("PT{}H{}M", i % 24, i % 60),
         "raw": if i % 2 == 0 { format!("\\x{raw_hex}") } else { raw_hex.to_uppercase() },
@@ -245,6 +248,12 @@ fn bad_records() -> Vec<(Value, &'static str, &'static str, &'static str)> {
             "port",
             "rejected",
             "port_check",
+        ),
+        (
+            with(9014, "email", json!("nobody")),
+            "email",
+            "rejected",
+            "email_check",
         ),
         (
             with(9013, "span", json!("P2D")),
@@ -376,6 +385,7 @@ async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_on
         ("mac", "macaddr"),
         ("mac8", "macaddr8"),
         ("name", "citext"),
+        ("email", "email"),
         ("port", "port"),
         ("span", "short_span"),
         ("raw", "bytea"),
@@ -461,7 +471,7 @@ async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_on
 
     // citext compares without case, as the extension's type (not text) does.
     let (matches,): (i64,) =
-        sqlx::query_as("SELECT count(*) FROM kinds WHERE name = 'aNN 7 ÉÈ' AND 'b7' = ANY(names)")
+        sqlx::query_as("SELECT count(*) FROM kinds WHERE name = 'aNN 7 ÉÈ' AND 'b7' = ANY(names) AND email = 'ann.7@example.ORG'")
             .fetch_one(&db.pool)
             .await
             .unwrap();
