@@ -1156,4 +1156,11 @@ fn bytea_encoding_names_bytea_columns_and_time_units_take_times_of_day_and_inter
         .unwrap_err()
         .to_string();
     assert!(err.contains("\"days\" fits date columns only"), "{err}");
+    // The topic's unit is for timestamps without a schema: a time of day or an interval
+    // gets none from it, so its integers need their own.
+    let topic_unit = mapper("time_unit = \"us\"").unwrap();
+    assert_eq!(
+        (topic_unit.time_unit(2), topic_unit.time_unit(3)),
+        (None, None)
+    );
 }

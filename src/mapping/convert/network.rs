@@ -23,15 +23,18 @@ pub(super) struct Net {
 /// Writes `s` as an inet (`cidr = false`) or a cidr.
 pub(super) fn write_inet(s: &str, cidr: bool, out: &mut BytesMut) -> Result<(), String> {
     let net = parse_net(s, cidr)?;
-    let (family, bytes): (u8, Vec<u8>) = match net.addr {
-        IpAddr::V4(a) => (PGSQL_AF_INET, a.octets().to_vec()),
-        IpAddr::V6(a) => (PGSQL_AF_INET6, a.octets().to_vec()),
+    let (family, size) = match net.addr {
+        IpAddr::V4(_) => (PGSQL_AF_INET, 4),
+        IpAddr::V6(_) => (PGSQL_AF_INET6, 16),
     };
     out.put_u8(family);
     out.put_u8(net.bits);
     out.put_u8(u8::from(cidr));
-    out.put_u8(bytes.len() as u8);
-    out.put_slice(&bytes);
+    out.put_u8(size);
+    match net.addr {
+        IpAddr::V4(a) => out.put_slice(&a.octets()),
+        IpAddr::V6(a) => out.put_slice(&a.octets()),
+    }
     Ok(())
 }
 
@@ -90,6 +93,7 @@ pub(super) fn write_mac(s: &str, len: usize, out: &mut BytesMut) -> Result<(), S
     Ok(())
 }
 
+/// The bytes of a MAC address as `write_mac` accepts it, `len` of them.
 pub(super) fn parse_mac(s: &str, len: usize) -> Result<Vec<u8>, String> {
     let what = if len == 6 { "macaddr" } else { "macaddr8" };
     let bad = || format!("{s:?} is not a {what} (e.g. 08:00:2b:01:02:03)");
