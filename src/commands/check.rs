@@ -316,9 +316,10 @@ async fn check_topic(
                     .time_unit(i)
                     .map(|u| format!(", integers in {}", spelled(&u)))
                     .unwrap_or_default();
+                let hex = if mapper.reads_hex(i) { ", hex" } else { "" };
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint}{unit})",
+                    "  {:<24} {:<28} <- {} ({constraint}{unit}{hex})",
                     col.name,
                     col.sql_type,
                     source.describe()

@@ -77,9 +77,23 @@ pub struct TopicSettings {
     /// (unset: epoch milliseconds).
     #[serde(default)]
     pub time_unit: Option<TimeUnit>,
-    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
+    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns, and
+    /// for time, timetz and interval columns (counts since midnight, lengths).
     #[serde(default)]
     pub time_units: BTreeMap<String, TimeUnit>,
+    /// Per bytea column: how its strings spell the bytes (base64 unless this says `hex`).
+    #[serde(default)]
+    pub bytea_encoding: BTreeMap<String, ByteaEncoding>,
+}
+
+/// How a bytea column's strings spell their bytes. Base64 is what Kafka Connect and the
+/// registry transcoders write, so it is the default; hex is for producers that write
+/// PostgreSQL's own `\x…` text or bare hex digits (Debezium's `binary.handling.mode=hex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ByteaEncoding {
+    Base64,
+    Hex,
 }
 
 /// What an integer in a time column counts since 1970-01-01 00:00 UTC.

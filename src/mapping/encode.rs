@@ -402,7 +402,10 @@ impl TopicMapper {
                 Ok(())
             }
             Value::In(input, hint) => {
-                let hint = self.time_hint(i, *hint)?;
+                let hint = match self.hex[i] {
+                    true => Some(Hint::Hex),
+                    false => self.time_hint(i, *hint)?,
+                };
                 copy.field(|out| convert::encode(col.ty, *input, hint, out))
             }
             Value::Meta(meta) => write_meta(meta, col, record, copy),

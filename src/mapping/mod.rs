@@ -8,6 +8,7 @@
 //! mapping; `encode` runs it for each record.
 
 mod avro;
+mod column_settings;
 mod convert;
 mod encode;
 mod envelope;
@@ -37,7 +38,8 @@ pub use source::{Meta, Source};
 
 use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
 use crate::registry::{RegisteredSchema, SchemaKind};
-use crate::schema::{Column, ColumnType, Table};
+use crate::schema::{Column, Table};
+use column_settings::{hex_columns, is_time, time_units, ConfiguredUnit};
 use envelope::HintCache;
 use transcode::Decoder;
 
@@ -130,6 +132,8 @@ pub struct TopicMapper {
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
+    /// Per column: its strings are hex (`bytea_encoding`), not base64.
+    hex: Vec<bool>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -154,17 +158,6 @@ fn schema_kind(encoding: Encoding) -> Option<SchemaKind> {
         Encoding::Protobuf => Some(SchemaKind::Protobuf),
         Encoding::JsonSchema => Some(SchemaKind::Json),
     }
-}
-
-/// A unit the configuration gives a time column's integers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConfiguredUnit {
-    /// From `[topics.time_units]`: said of this column, so a schema that disagrees is an error
-    /// (one of the two is wrong, and either reading could be silently off by 1,000×).
-    Column(TimeUnit),
-    /// From the topic's `time_unit`: meant for records without a schema, so a schema that
-    /// gives the field's unit wins.
-    Topic(TimeUnit),
 }
 
 impl TopicMapper {
@@ -224,6 +217,7 @@ impl TopicMapper {
             ),
         };
         let units = time_units(topic, &table).map_err(err)?;
+        let hex = hex_columns(topic, &table).map_err(err)?;
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -248,6 +242,7 @@ impl TopicMapper {
             upsert_keys,
             hints: HintCache::default(),
             units,
+            hex,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -396,6 +391,11 @@ impl TopicMapper {
         self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
     }
 
+    /// For `check`: whether column `i` reads its strings as hex.
+    pub(crate) fn reads_hex(&self, i: usize) -> bool {
+        self.hex[i]
+    }
+
     /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
     /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
     /// small) unless a schema comes with it and says otherwise.
@@ -413,54 +413,6 @@ impl TopicMapper {
     pub fn needs_headers(&self) -> bool {
         self.needs_headers || self.on_error == OnError::DeadLetter
     }
-}
-
-/// The column types an integer time can go into; an array's elements are read as a column
-/// of their type would be, so arrays of these too.
-fn is_time(ty: ColumnType) -> bool {
-    matches!(
-        ty.scalar_part(),
-        ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
-    )
-}
-
-/// Each column's configured time unit: its `time_units` entry, else the topic's `time_unit`
-/// for timestamp columns. Entries must name time columns, and `days` only dates.
-fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<ConfiguredUnit>>, String> {
-    let mut units: Vec<Option<ConfiguredUnit>> = table
-        .columns
-        .iter()
-        .map(|c| {
-            topic
-                .time_unit
-                .filter(|_| {
-                    matches!(
-                        c.ty.scalar_part(),
-                        ColumnType::Timestamptz | ColumnType::Timestamp
-                    )
-                })
-                .map(ConfiguredUnit::Topic)
-        })
-        .collect();
-    for (name, &unit) in &topic.time_units {
-        let (i, col) = table
-            .column(name)
-            .ok_or_else(|| format!("time_units.{name}: column {name:?} is not in the table"))?;
-        if !is_time(col.ty) {
-            return Err(format!(
-                "time_units.{name}: column {name:?} is {}; a time unit applies to timestamp, timestamptz and date columns",
-                col.sql_type
-            ));
-        }
-        if unit == TimeUnit::Days && col.ty.scalar_part() != ColumnType::Date {
-            return Err(format!(
-                "time_units.{name}: \"days\" fits date columns only; {name:?} is {}",
-                col.sql_type
-            ));
-        }
-        units[i] = Some(ConfiguredUnit::Column(unit));
-    }
-    Ok(units)
 }
 
 /// Resolves the upsert key: configured columns, else the primary key; it must match a unique

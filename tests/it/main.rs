@@ -28,5 +28,6 @@ mod rejected;
 mod restarts;
 mod security;
 mod supervision;
+mod types;
 mod upsert;
 mod zombie;
