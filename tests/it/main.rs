@@ -18,6 +18,7 @@ mod mapping;
 mod metrics;
 mod operations;
 mod out_of_range;
+mod partitioned;
 mod positions;
 mod protobuf;
 mod rebalance;
