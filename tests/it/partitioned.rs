@@ -99,9 +99,8 @@ async fn a_range_partitioned_table_in_another_schema_takes_inserts_and_dead_lett
     let mut want_letters = Vec::new();
     for ((record, (id, day, fits)), offset) in records.iter().zip(&meta).zip(&offsets) {
         if *fits {
-            let month = ["Jan", "Feb", "Mar"][(day.format("%m").to_string().parse::<usize>()
-                .unwrap())
-                - 1];
+            let month =
+                ["Jan", "Feb", "Mar"][(day.format("%m").to_string().parse::<usize>().unwrap()) - 1];
             want_rows.push((
                 *id,
                 day.to_string(),
