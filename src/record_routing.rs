@@ -34,6 +34,9 @@ pub struct TablePicker {
     pointer: String,
     template: String,
     allowed: Allowed,
+    /// Connect JSON and Debezium: a value in the `{"schema", "payload"}` envelope is read from
+    /// its payload, as the mapping reads it, so one pointer fits both converter settings.
+    in_payload: bool,
     /// Debezium follows each delete with a tombstone, which names no table; the `d` before it
     /// already deleted the row, so it is taken as nothing rather than as an error.
     skip_tombstones: bool,
@@ -72,6 +75,10 @@ impl TablePicker {
             pointer,
             template: settings.table.clone(),
             allowed,
+            in_payload: matches!(
+                settings.format,
+                RecordFormat::Debezium | RecordFormat::ConnectJson
+            ),
             skip_tombstones: settings.format == RecordFormat::Debezium,
         }))
     }
@@ -161,6 +168,12 @@ impl TablePicker {
         let doc: serde_json::Value = match serde_json::from_slice(value) {
             Ok(doc) => doc,
             Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+        };
+        let doc = match doc {
+            serde_json::Value::Object(mut top) if self.in_payload && top.contains_key("payload") => {
+                top.remove("payload").unwrap_or_default()
+            }
+            doc => doc,
         };
         match doc.pointer(&self.pointer) {
             Some(serde_json::Value::String(s)) => Ok(s.clone()),
@@ -296,6 +309,12 @@ mod tests {
         );
         let prefixed = br#"{"source":{"table":"inv_items2"}}"#;
         assert!(routing(p.pick(&view(Some(prefixed), &[]))).contains("table_pattern"));
+        let wrapped = br#"{"schema":null,"payload":{"op":"c","source":{"table":"inv_orders"}}}"#;
+        assert_eq!(
+            p.pick(&view(Some(wrapped), &[])),
+            Ok(Picked::Table("inv_orders".into())),
+            "a Connect envelope is read from its payload"
+        );
         assert_eq!(p.pick(&view(None, &[])), Ok(Picked::Nothing));
         assert!(routing(p.pick(&view(Some(b"{oops"), &[]))).contains("not JSON"));
         assert!(routing(p.pick(&view(Some(b"{\"source\":{}}"), &[]))).contains("/source/table"));

@@ -25,6 +25,7 @@ mod rebalance;
 mod registry;
 mod rejected;
 mod restarts;
+mod routing;
 mod security;
 mod supervision;
 mod upsert;
