@@ -88,6 +88,26 @@ impl TablePicker {
         matches!(self.from, TableFrom::Header(_))
     }
 
+    /// For `check`: where records name their table and which tables they may name.
+    pub fn describe(&self) -> String {
+        let from = match &self.from {
+            TableFrom::Header(h) => format!("header {h:?}"),
+            TableFrom::Field(p) => format!("field {p:?}"),
+        };
+        match &self.allowed {
+            Allowed::List(_) => format!(
+                "{from} through {:?}, one of tables [{}]",
+                self.template,
+                self.listed().join(", ")
+            ),
+            Allowed::Pattern(re) => format!(
+                "{from} through {:?}, matching {:?} (each described when a record first names it)",
+                self.template,
+                re.as_str()
+            ),
+        }
+    }
+
     /// The tables named in the allow-list (empty with a pattern), for startup and `check`.
     pub fn listed(&self) -> Vec<&str> {
         match &self.allowed {
@@ -170,7 +190,9 @@ impl TablePicker {
             Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
         };
         let doc = match doc {
-            serde_json::Value::Object(mut top) if self.in_payload && top.contains_key("payload") => {
+            serde_json::Value::Object(mut top)
+                if self.in_payload && top.contains_key("payload") =>
+            {
                 top.remove("payload").unwrap_or_default()
             }
             doc => doc,

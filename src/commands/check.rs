@@ -299,7 +299,38 @@ async fn check_topic(
         }
     }
     let Some(pool) = pool else { return };
-    match TopicMapper::load(pool, topic, name).await {
+    let mappers = match crate::record_routing::TablePicker::new(topic) {
+        Ok(None) => vec![(None, TopicMapper::load(pool, topic, name).await)],
+        Ok(Some(picker)) => {
+            let _ = writeln!(out, "  routed by record: {}", picker.describe());
+            let mut loaded = Vec::new();
+            for table in picker.listed() {
+                let m = crate::record_routing::load_mapper(pool, topic, name, table).await;
+                loaded.push((Some(format!("{}.{table}", topic.schema)), m));
+            }
+            loaded
+        }
+        Err(e) => return problems.push(e),
+    };
+    for (routed, loaded) in mappers {
+        if let Some(table) = routed {
+            let _ = writeln!(out, "  table {table}:");
+        }
+        check_mapping(settings, topic, name, loaded, registry, out, problems).await;
+    }
+}
+
+/// One mapping of a topic: its columns and their sources, and the registry's schemas.
+async fn check_mapping(
+    settings: &Settings,
+    topic: &TopicSettings,
+    name: &str,
+    loaded: anyhow::Result<TopicMapper>,
+    registry: Option<&RegistryClient>,
+    out: &mut String,
+    problems: &mut Vec<String>,
+) {
+    match loaded {
         Ok(mut mapper) => {
             let keys = mapper.key_columns();
             if !keys.is_empty() {

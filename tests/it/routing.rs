@@ -11,7 +11,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// Offsets the broker gives `records` produced after `before` (per partition) already were.
@@ -37,7 +37,10 @@ async fn letters(db: &TestDb) -> Vec<(i32, i64, String, String)> {
 }
 
 /// Rows of every routed table, whole, as text, by (kafka partition, kafka offset).
-async fn all_rows(db: &TestDb, tables: &[(&str, &str)]) -> BTreeMap<String, Vec<Vec<Option<String>>>> {
+async fn all_rows(
+    db: &TestDb,
+    tables: &[(&str, &str)],
+) -> BTreeMap<String, Vec<Vec<Option<String>>>> {
     let mut out = BTreeMap::new();
     for (table, columns) in tables {
         let rows = sqlx::query_as::<_, (Vec<Option<String>>,)>(&format!(
@@ -54,7 +57,8 @@ async fn all_rows(db: &TestDb, tables: &[(&str, &str)]) -> BTreeMap<String, Vec<
 /// What a record of the header test is: its table's row, or the dead letter it must become.
 enum Fate {
     Row(&'static str, Vec<Option<String>>),
-    Letter,
+    /// A dead letter; `true` for the ones naming `d`, which a fix can replay.
+    Letter(bool),
 }
 
 /// Record `i` of the header test: mostly one of three tables by `table` header, each with its
@@ -63,21 +67,35 @@ enum Fate {
 fn header_record(i: i64) -> (RawRecord, Fate) {
     let partition = (i % 3) as i32;
     let (header, value, fate): (Option<&[u8]>, String, Fate) = match i % 3 {
-        _ if i % 97 == 11 => (Some(b"d"), format!(r#"{{"id":{i}}}"#), Fate::Letter),
-        _ if i % 131 == 7 => (None, format!(r#"{{"id":{i}}}"#), Fate::Letter),
-        _ if i % 173 == 5 => (Some(b"a\xff"), format!(r#"{{"id":{i}}}"#), Fate::Letter),
-        _ if i % 199 == 3 => (Some(b"a\0"), format!(r#"{{"id":{i}}}"#), Fate::Letter),
+        _ if i % 97 == 11 => (Some(b"d"), format!(r#"{{"id":{i}}}"#), Fate::Letter(true)),
+        _ if i % 131 == 7 => (None, format!(r#"{{"id":{i}}}"#), Fate::Letter(false)),
+        _ if i % 173 == 5 => (
+            Some(b"a\xff"),
+            format!(r#"{{"id":{i}}}"#),
+            Fate::Letter(false),
+        ),
+        _ if i % 199 == 3 => (
+            Some(b"a\0"),
+            format!(r#"{{"id":{i}}}"#),
+            Fate::Letter(false),
+        ),
         0 => (
             Some(b"a"),
             format!(r#"{{"id":{i},"name":"name {i} ✓"}}"#),
-            Fate::Row("route_a", vec![Some(i.to_string()), Some(format!("name {i} ✓"))]),
+            Fate::Row(
+                "route_a",
+                vec![Some(i.to_string()), Some(format!("name {i} ✓"))],
+            ),
         ),
         1 => (
             Some(b"b"),
             format!(r#"{{"id":{i},"amount":"{}.{:02}"}}"#, i % 1000, i % 100),
             Fate::Row(
                 "route_b",
-                vec![Some(i.to_string()), Some(format!("{}.{:02}", i % 1000, i % 100))],
+                vec![
+                    Some(i.to_string()),
+                    Some(format!("{}.{:02}", i % 1000, i % 100)),
+                ],
             ),
         ),
         _ => (
@@ -149,6 +167,7 @@ async fn routing_to_three_tables_by_header_from_one_topic_exactly_once() {
 
     let mut want: BTreeMap<String, Vec<Vec<Option<String>>>> = BTreeMap::new();
     let mut want_letters = Vec::new();
+    let mut fixable_letters = Vec::new();
     let mut by_position: Vec<_> = records.iter().zip(&offsets).zip(&fates).collect();
     by_position.sort_by_key(|((r, o), _)| (r.partition, **o));
     for ((record, offset), fate) in by_position {
@@ -159,28 +178,49 @@ async fn routing_to_three_tables_by_header_from_one_topic_exactly_once() {
                 row.push(Some(offset.to_string()));
                 want.entry(table.to_string()).or_default().push(row);
             }
-            Fate::Letter => want_letters.push((
-                record.partition,
-                *offset,
-                "routing".to_string(),
-                "public.route_{}".to_string(),
-            )),
+            Fate::Letter(fixable) => {
+                want_letters.push((
+                    record.partition,
+                    *offset,
+                    "routing".to_string(),
+                    "public.route_{}".to_string(),
+                ));
+                if *fixable {
+                    fixable_letters.push((record.partition, *offset));
+                }
+            }
         }
     }
     let got = all_rows(
         &db,
         &[
-            ("route_a", "id::text, name, kafka_partition::text, kafka_offset::text"),
-            ("route_b", "id::text, amount::text, kafka_partition::text, kafka_offset::text"),
-            ("route_c", "id::text, tags::text, flag::text, kafka_partition::text, kafka_offset::text"),
+            (
+                "route_a",
+                "id::text, name, kafka_partition::text, kafka_offset::text",
+            ),
+            (
+                "route_b",
+                "id::text, amount::text, kafka_partition::text, kafka_offset::text",
+            ),
+            (
+                "route_c",
+                "id::text, tags::text, flag::text, kafka_partition::text, kafka_offset::text",
+            ),
         ],
     )
     .await;
     for table in ["route_a", "route_b", "route_c"] {
         assert!(want[table].len() > 900, "{table}: {}", want[table].len());
-        assert_eq!(got[table], want[table], "{table}: every row once, as produced");
+        assert_eq!(
+            got[table], want[table],
+            "{table}: every row once, as produced"
+        );
     }
-    assert_eq!(db.count("route_d").await, 0, "a table outside the list is never written");
+    assert_eq!(
+        db.count("route_d").await,
+        0,
+        "a table outside the list is never written"
+    );
     assert!(want_letters.len() > 50);
     assert_eq!(letters(&db).await, want_letters);
     let messages: Vec<(String,)> =
@@ -189,20 +229,78 @@ async fn routing_to_three_tables_by_header_from_one_topic_exactly_once() {
             .await
             .unwrap();
     let messages: Vec<String> = messages.into_iter().map(|(m,)| m).collect();
-    for says in ["\"route_d\", which is not in tables", "no header \"table\"", "not UTF-8", "NUL"] {
+    for says in [
+        "\"route_d\", which is not in tables",
+        "no header \"table\"",
+        "not UTF-8",
+        "NUL",
+    ] {
         assert!(
             messages.iter().any(|m| m.contains(says)),
             "no message says {says:?}: {messages:?}"
         );
     }
     assert!(sink.stop().success());
+
+    // The fix: `route_d` joins the list; a replay routes each letter again, so exactly those
+    // naming `d` land in it and the others stay `routing` letters.
+    db.pool
+        .execute(
+            "CREATE TABLE route_d2 (id bigint NOT NULL, kafka_partition int NOT NULL,
+                                    kafka_offset bigint NOT NULL);
+             DROP TABLE route_d; ALTER TABLE route_d2 RENAME TO route_d",
+        )
+        .await
+        .unwrap();
+    config.topic_settings = config
+        .topic_settings
+        .replace("\"route_c\"]", "\"route_c\", \"route_d\"]");
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    let moved: Vec<(i32, i64)> =
+        sqlx::query_as("SELECT kafka_partition, kafka_offset FROM route_d ORDER BY 1, 2")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(moved, fixable_letters);
+    let left: Vec<(i32, i64, String, String)> = want_letters
+        .into_iter()
+        .filter(|(p, o, _, _)| !fixable_letters.contains(&(*p, *o)))
+        .collect();
+    assert_eq!(letters(&db).await, left);
+
+    // `check` describes every listed table's mapping.
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("routed by record: header \"table\""),
+        "{}",
+        out.stdout
+    );
+    for table in ["route_a", "route_b", "route_c", "route_d"] {
+        assert!(
+            out.stdout.contains(&format!("table public.{table}:")),
+            "{}",
+            out.stdout
+        );
+    }
 }
 
 /// The source tables of the Debezium test: name, key column, the other columns.
 const CDC_TABLES: [(&str, &str); 3] = [
-    ("inv_customers", "id int PRIMARY KEY, name text NOT NULL, kafka_offset bigint"),
-    ("inv_products", "id int PRIMARY KEY, sku text NOT NULL, price numeric(10,2), kafka_offset bigint"),
-    ("inv_orders", "id int PRIMARY KEY, customer int NOT NULL, qty int NOT NULL, kafka_offset bigint"),
+    (
+        "inv_customers",
+        "id int PRIMARY KEY, name text NOT NULL, kafka_offset bigint",
+    ),
+    (
+        "inv_products",
+        "id int PRIMARY KEY, sku text NOT NULL, price numeric(10,2), kafka_offset bigint",
+    ),
+    (
+        "inv_orders",
+        "id int PRIMARY KEY, customer int NOT NULL, qty int NOT NULL, kafka_offset bigint",
+    ),
 ];
 
 /// Row `id` of source table `t` at version `v`, as Debezium's JSON `after`, and as text.
@@ -217,14 +315,20 @@ fn cdc_row(t: usize, id: i64, v: i64) -> (String, Vec<Option<String>>) {
             (
                 format!(
                     r#"{{"id":{id},"sku":"sku-{id}","price":{}}}"#,
-                    price.as_ref().map_or("null".to_string(), |p| format!("\"{p}\""))
+                    price
+                        .as_ref()
+                        .map_or("null".to_string(), |p| format!("\"{p}\""))
                 ),
                 vec![Some(id.to_string()), Some(format!("sku-{id}")), price],
             )
         }
         _ => (
             format!(r#"{{"id":{id},"customer":{},"qty":{v}}}"#, id % 7),
-            vec![Some(id.to_string()), Some((id % 7).to_string()), Some(v.to_string())],
+            vec![
+                Some(id.to_string()),
+                Some((id % 7).to_string()),
+                Some(v.to_string()),
+            ],
         ),
     }
 }
@@ -272,7 +376,11 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
             (true, _) => "u",
         };
         let (after, text) = cdc_row(t, id, version);
-        let before = if exists { cdc_row(t, id, version - 1).0 } else { "null".into() };
+        let before = if exists {
+            cdc_row(t, id, version - 1).0
+        } else {
+            "null".into()
+        };
         let (before, after) = match op {
             "d" => (before, "null".to_string()),
             "c" => ("null".to_string(), after),
