@@ -56,7 +56,6 @@ impl ErrorKind {
             | MapError::Wire(_) => ErrorKind::Decode,
             MapError::TooLarge { .. } => ErrorKind::TooLarge,
             MapError::Schema(_) => ErrorKind::Schema,
-            MapError::Routing(_) => ErrorKind::Routing,
             _ => ErrorKind::Mapping,
         }
     }

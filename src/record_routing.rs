@@ -15,7 +15,7 @@ use regex::Regex;
 
 use crate::config::table_from::{MAX_IDENTIFIER_BYTES, PLACEHOLDER};
 use crate::config::{RecordFormat, TableFrom, TopicSettings};
-use crate::mapping::{MapError, TopicMapper};
+use crate::mapping::TopicMapper;
 use crate::record::RecordView;
 
 /// Which tables a routed topic may write.
@@ -41,6 +41,11 @@ pub struct TablePicker {
     /// already deleted the row, so it is taken as nothing rather than as an error.
     skip_tombstones: bool,
 }
+
+/// Why a record names no table it may write: a `routing` dead letter, or a stop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RouteError(pub String);
 
 /// What a record's routing comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,8 +127,8 @@ impl TablePicker {
 
     /// The table `record` names, checked against the allow-list; an error (a `routing` dead
     /// letter) when it names none, an unusable one, or one outside the list.
-    pub fn pick(&self, record: &RecordView<'_>) -> Result<Picked, MapError> {
-        let err = |why: String| Err(MapError::Routing(why));
+    pub fn pick(&self, record: &RecordView<'_>) -> Result<Picked, RouteError> {
+        let err = |why: String| Err(RouteError(why));
         let name = match &self.from {
             TableFrom::Header(header) => {
                 match record
@@ -183,8 +188,8 @@ impl TablePicker {
     }
 
     /// The string at the field's pointer in the value (as produced: JSON).
-    fn field(&self, value: &[u8]) -> Result<String, MapError> {
-        let err = |why: String| Err(MapError::Routing(why));
+    fn field(&self, value: &[u8]) -> Result<String, RouteError> {
+        let err = |why: String| Err(RouteError(why));
         let doc: serde_json::Value = match serde_json::from_slice(value) {
             Ok(doc) => doc,
             Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
@@ -227,6 +232,21 @@ pub async fn load_mapper(
     Ok(TopicMapper::new(settings, Arc::new(described))?)
 }
 
+/// For `check`: the mapping of each table a routed topic lists, labelled `schema.table`.
+pub async fn load_listed(
+    pool: &sqlx::PgPool,
+    settings: &TopicSettings,
+    topic: &str,
+    picker: &TablePicker,
+) -> Vec<(Option<String>, anyhow::Result<TopicMapper>)> {
+    let mut loaded = Vec::new();
+    for table in picker.listed() {
+        let m = load_mapper(pool, settings, topic, table).await;
+        loaded.push((Some(format!("{}.{table}", settings.schema)), m));
+    }
+    loaded
+}
+
 /// For messages.
 fn kind(v: &serde_json::Value) -> &'static str {
     match v {
@@ -264,9 +284,9 @@ mod tests {
         }
     }
 
-    fn routing(e: Result<Picked, MapError>) -> String {
+    fn routing(e: Result<Picked, RouteError>) -> String {
         match e {
-            Err(MapError::Routing(why)) => why,
+            Err(RouteError(why)) => why,
             other => panic!("expected a routing error, got {other:?}"),
         }
     }
@@ -300,6 +320,7 @@ mod tests {
         );
         assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b"a\0"))]))).contains("NUL"));
         assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", None)]))).contains("null"));
+        assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b""))]))).contains("empty"));
         assert!(routing(p.pick(&view(Some(b"{}"), &[]))).contains("no header"));
         assert!(routing(p.pick(&view(None, &[]))).contains("no header"));
         let long = "a".repeat(70);

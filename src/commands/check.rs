@@ -303,12 +303,7 @@ async fn check_topic(
         Ok(None) => vec![(None, TopicMapper::load(pool, topic, name).await)],
         Ok(Some(picker)) => {
             let _ = writeln!(out, "  routed by record: {}", picker.describe());
-            let mut loaded = Vec::new();
-            for table in picker.listed() {
-                let m = crate::record_routing::load_mapper(pool, topic, name, table).await;
-                loaded.push((Some(format!("{}.{table}", topic.schema)), m));
-            }
-            loaded
+            crate::record_routing::load_listed(pool, topic, name, &picker).await
         }
         Err(e) => return problems.push(e),
     };

@@ -207,11 +207,11 @@ pub async fn replay(
             Some(p) => match p.pick(&view) {
                 Ok(Picked::Table(t)) => Some(t),
                 picked => {
-                    let e = match picked {
-                        Err(e) => e,
-                        _ => MapError::Routing("the record names no table".into()),
+                    let why = match picked {
+                        Err(e) => e.0,
+                        _ => "the record names no table".into(),
                     };
-                    still_fails(&mut tx, &d, ErrorKind::of(&e).as_str(), e.to_string()).await?;
+                    still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
                     done.still_failing += 1;
                     continue;
                 }

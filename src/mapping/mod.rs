@@ -70,9 +70,6 @@ pub enum MapError {
     Wire(String),
     #[error("{0}")]
     Schema(String),
-    /// Routing by record: the record names no table, or one outside the allow-list.
-    #[error("{0}")]
-    Routing(String),
     #[error("{origin} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,

@@ -241,7 +241,7 @@ impl Pipeline {
                 return;
             }
             Chosen::Refused(e) => {
-                if self.dead_letter(lane, route, None, record, e) {
+                if self.dead_letter(lane, route, None, record, (ErrorKind::Routing, e.0)) {
                     self.taken(lane, key, record);
                 }
                 return;
@@ -297,6 +297,7 @@ impl Pipeline {
                     MapError::Schema(format!("schema {id} is still unknown after it was fetched"))
                 }
             };
+            let error = (ErrorKind::of(&error), error.to_string());
             if !self.dead_letter(lane, route, Some(target), record, error) {
                 return;
             }
@@ -356,7 +357,7 @@ impl Pipeline {
         route: usize,
         target: Option<usize>,
         record: &RecordView<'_>,
-        error: MapError,
+        (kind, error): (ErrorKind, String),
     ) -> bool {
         let r = &self.routes[route];
         let topic = &r.topic;
@@ -364,8 +365,8 @@ impl Pipeline {
             let letter = DeadLetter {
                 topic: topic.clone(),
                 record: OwnedRecord::from_view(record),
-                kind: ErrorKind::of(&error),
-                message: error.to_string(),
+                kind,
+                message: error.clone(),
                 table: r.table_label(target),
                 produce_to: r.dead_letter_topic().cloned(),
             };
@@ -376,7 +377,7 @@ impl Pipeline {
         let fatal = Fatal::Mapping {
             tp: TopicPartition::new(topic.clone(), record.partition),
             offset: record.offset,
-            reason: error.to_string(),
+            reason: error,
         };
         // Everything before this record is complete: commit it so the position is here.
         self.table.stop((route, record.partition));

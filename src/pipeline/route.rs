@@ -5,9 +5,9 @@ use foldhash::{HashMap, HashMapExt as _};
 use std::sync::Arc;
 
 use crate::config::{OnError, TopicSettings};
-use crate::mapping::{MapError, TopicMapper};
+use crate::mapping::TopicMapper;
 use crate::record::RecordView;
-use crate::record_routing::{Picked, TablePicker};
+use crate::record_routing::{Picked, RouteError, TablePicker};
 
 use super::ports::Catalog;
 
@@ -49,7 +49,7 @@ pub(crate) enum Chosen {
     /// Nothing to write (a Debezium tombstone that names no table).
     Nothing,
     /// The record's fault: a dead letter or a stop, by `on_error`.
-    Refused(MapError),
+    Refused(RouteError),
     /// The table it names (allowed) cannot be used: the sink stops at the record.
     Unusable(String),
 }

@@ -489,3 +489,83 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
     assert_eq!(letters(&db).await, want_letters);
     assert!(sink.stop().success());
 }
+
+/// A record of the stop test: header `table = name`, value `{"id": id}`, partition 0.
+fn named(name: &str, id: i64) -> RawRecord {
+    RawRecord {
+        headers: vec![(b"table".to_vec(), Some(name.as_bytes().to_vec()))],
+        ..RawRecord::json(0, &format!(r#"{{"id":{id}}}"#))
+    }
+}
+
+/// Under `on_error = "fail"`: a listed table that does not exist stops the sink at startup
+/// naming it; a table the pattern allows but that does not exist stops it *at* the record
+/// naming it, which is read again once the table is created; a name the pattern does not match
+/// whole stops it at that record. Every stop leaves the position on the record, with the rows
+/// before it committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_fail_a_missing_or_refused_table_stops_the_sink_at_its_record() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE route_a (id bigint NOT NULL, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "route_{}");
+    config.topic_settings =
+        "table_from = { header = \"table\" }\ntables = [\"route_a\", \"route_nope\"]".into();
+    let mut sink = Sink::start(&config, "listed");
+    let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(sink.logs().contains("route_nope"), "{}", sink.logs_tail(20));
+
+    config.topic_settings =
+        "table_from = { header = \"table\" }\ntable_pattern = \"route_[a-z]\"".into();
+    let first = [named("a", 0), named("a", 1), named("b", 2), named("a", 3)];
+    produce_raw(&producer(), &topic.name, &first).await;
+    let mut sink = Sink::start(&config, "missing");
+    let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(sink.logs().contains("route_b"), "{}", sink.logs_tail(20));
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(2))]
+    );
+    assert_eq!(db.count("route_a").await, 2);
+
+    db.pool
+        .execute(
+            "CREATE TABLE route_b (id bigint NOT NULL, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let mut sink = Sink::start(&config, "created");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    produce_raw(&producer(), &topic.name, &[named("zz", 4), named("a", 5)]).await;
+    let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        sink.logs().contains("which is not in table_pattern"),
+        "{}",
+        sink.logs_tail(20)
+    );
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(4))]
+    );
+    let rows = |table: &'static str| {
+        let db = &db;
+        async move {
+            sqlx::query_as::<_, (i64, i64)>(&format!(
+                "SELECT id, kafka_offset FROM {table} ORDER BY kafka_offset"
+            ))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(rows("route_a").await, vec![(0, 0), (1, 1), (3, 3)]);
+    assert_eq!(rows("route_b").await, vec![(2, 2)]);
+}
