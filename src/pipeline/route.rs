@@ -159,3 +159,118 @@ impl Route {
         Chosen::Target(self.targets.len() - 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::schema::{Column, ColumnType, Table};
+
+    fn table(name: &str) -> Arc<Table> {
+        Arc::new(Table {
+            oid: 1,
+            schema: "public".into(),
+            name: name.into(),
+            columns: vec![Column {
+                name: "id".into(),
+                ty: ColumnType::Int8,
+                sql_type: "bigint".into(),
+                not_null: true,
+                has_default: false,
+            }],
+            skipped: vec![],
+            primary_key: vec![],
+            unique_keys: vec![],
+        })
+    }
+
+    /// Describes any table, counting how often it is asked.
+    struct Counting(AtomicUsize);
+
+    impl Catalog for Counting {
+        fn mapper(&self, _: &TopicSettings, _: &str) -> Result<TopicMapper, String> {
+            unreachable!("a routed topic has no table of its own")
+        }
+        fn table_mapper(
+            &self,
+            settings: &TopicSettings,
+            _: &str,
+            name: &str,
+        ) -> Result<TopicMapper, String> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            TopicMapper::new(settings, table(name)).map_err(|e| e.to_string())
+        }
+    }
+
+    fn record<'a>(headers: &'a [crate::headers::Header<'a>]) -> RecordView<'a> {
+        RecordView {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            timestamp: None,
+            key: None,
+            value: Some(b"{\"id\":1}"),
+            headers,
+        }
+    }
+
+    fn settings(allowed: &str) -> TopicSettings {
+        use figment::providers::{Format, Toml};
+        figment::Figment::from(Toml::string(&format!(
+            "name = \"t\"\ntable = \"x_{{}}\"\ntable_from = {{ header = \"table\" }}\n{allowed}"
+        )))
+        .extract()
+        .unwrap()
+    }
+
+    /// Listed tables are described at startup and found by name without the catalog; a table
+    /// a pattern allows is described once, on first sight, with a fresh slot; a name outside
+    /// the allow-list never reaches the catalog.
+    #[test]
+    fn each_table_is_described_once_and_only_when_allowed() {
+        let listed = settings("tables = [\"x_a\", \"x_b\"]");
+        let picker = TablePicker::new(&listed).unwrap().unwrap();
+        let mappers = picker
+            .listed()
+            .iter()
+            .map(|t| TopicMapper::new(&listed, table(t)).unwrap())
+            .collect();
+        let mut route = Route::by_record("t".into(), &listed, picker, mappers);
+        let catalog = Counting(AtomicUsize::new(0));
+        let mut next_slot = 2;
+        let chosen = |route: &mut Route, name: &[u8], next: &mut usize| match route.choose(
+            &record(&[(b"table", Some(name))]),
+            &catalog,
+            next,
+        ) {
+            Chosen::Target(t) => Ok(route.targets[t].mapper.table().name.clone()),
+            Chosen::Refused(e) => Err(e.0),
+            Chosen::Nothing | Chosen::Unusable(_) => Err("other".into()),
+        };
+        assert_eq!(chosen(&mut route, b"b", &mut next_slot), Ok("x_b".into()));
+        assert_eq!(chosen(&mut route, b"a", &mut next_slot), Ok("x_a".into()));
+        assert!(chosen(&mut route, b"c", &mut next_slot).is_err());
+        assert_eq!(
+            catalog.0.load(Ordering::Relaxed),
+            0,
+            "listed tables need no lookup"
+        );
+
+        let patterned = settings("table_pattern = \"x_[a-z]\"");
+        let picker = TablePicker::new(&patterned).unwrap().unwrap();
+        let mut route = Route::by_record("t".into(), &patterned, picker, Vec::new());
+        assert_eq!(chosen(&mut route, b"q", &mut next_slot), Ok("x_q".into()));
+        assert_eq!(chosen(&mut route, b"q", &mut next_slot), Ok("x_q".into()));
+        assert_eq!(chosen(&mut route, b"r", &mut next_slot), Ok("x_r".into()));
+        assert!(chosen(&mut route, b"qq", &mut next_slot).is_err());
+        assert_eq!(
+            catalog.0.load(Ordering::Relaxed),
+            2,
+            "each allowed table described once"
+        );
+        let slots: Vec<usize> = route.targets.iter().map(|t| t.slot).collect();
+        assert_eq!(slots, vec![2, 3]);
+        assert_eq!(next_slot, 4);
+    }
+}

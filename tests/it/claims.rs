@@ -228,6 +228,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("`dead-letters replay` routes each letter again under the configuration of the day", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once"]),
     ("`check` prints the routing and the mapping of every listed table", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once"]),
     ("| `routing` | routing by record", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once", "src/record_routing.rs::a_header_names_a_listed_table_and_anything_else_is_refused", "src/record_routing.rs::a_field_names_a_table_matching_the_whole_pattern"]),
+    ("Each table has its own mapping, built once", &["src/pipeline/route.rs::each_table_is_described_once_and_only_when_allowed", "routing::a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once"]),
 ];
 
 /// Where a test named in `CLAIMS` lives, and whether a function of that name is there.
