@@ -125,6 +125,20 @@ mod tests {
             ),
             (
                 r#"table = "{}"
+                format = "raw"
+                raw_column = "doc"
+                table_from = { field = "/t" }
+                tables = ["a"]"#,
+                "table_from.header",
+            ),
+            (
+                r#"table = "{}"
+                table_from = { header = "h" }
+                tables = ["a_name_longer_than_sixty_three_bytes_is_cut_by_postgresql_so_refused"]"#,
+                "1 to 63 bytes",
+            ),
+            (
+                r#"table = "{}"
                 table_from = { header = "h" }
                 table_pattern = "(""#,
                 "table_pattern",
