@@ -20,6 +20,7 @@ pub mod pgcopy;
 pub(crate) mod pgtext;
 pub(crate) mod pipeline;
 pub mod record;
+pub(crate) mod record_routing;
 pub mod registry;
 pub(crate) mod routing;
 pub mod schema;

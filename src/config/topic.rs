@@ -7,6 +7,7 @@ use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
+pub use super::table_from::TableFrom;
 
 /// One subscribed topic (or a pattern of topics) and the table its records go to.
 #[derive(Debug, Clone, Deserialize)]
@@ -18,8 +19,18 @@ pub struct TopicSettings {
     /// A regular expression: every matching topic, including topics created later.
     #[serde(default)]
     pub pattern: Option<String>,
-    /// The target table; `{topic}` is replaced by the (sanitised) topic name.
+    /// The target table; `{topic}` is replaced by the (sanitised) topic name. With
+    /// `table_from`, `{}` is replaced by the name each record gives.
     pub table: String,
+    /// Routing by record: each record names its table in a header or a value field.
+    #[serde(default)]
+    pub table_from: Option<TableFrom>,
+    /// With `table_from`: the only tables (after the template) records may name.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// With `table_from`, instead of `tables`: a regex every table name must match whole.
+    #[serde(default)]
+    pub table_pattern: Option<String>,
     #[serde(default = "default_schema")]
     pub schema: String,
     /// How `{topic}` is turned into a table name.

@@ -15,6 +15,7 @@ use rdkafka::Offset;
 use super::ports::MoveKind;
 use super::*;
 use crate::config::TopicSettings;
+use crate::mapping::TopicMapper;
 use crate::offsets::{OffsetAdvance, Refusal, StoredOffset};
 use crate::registry::{RegisteredSchema, RegistryError, SchemaKind};
 use crate::schema::{Column, ColumnType, Table};
@@ -212,6 +213,15 @@ struct NoCatalog;
 impl Catalog for NoCatalog {
     fn mapper(&self, _: &TopicSettings, topic: &str) -> Result<TopicMapper, String> {
         Err(format!("no table for {topic} in this test"))
+    }
+
+    fn table_mapper(
+        &self,
+        _: &TopicSettings,
+        topic: &str,
+        table: &str,
+    ) -> Result<TopicMapper, String> {
+        Err(format!("no table {table} for {topic} in this test"))
     }
 }
 
@@ -494,11 +504,7 @@ impl Harness {
             ..BatchSettings::default()
         };
         let pipeline = Pipeline::new(PipelineParts {
-            routes: vec![Route {
-                topic: TOPIC.into(),
-                mapper,
-                consumed: 0,
-            }],
+            routes: vec![Route::one(TOPIC.into(), mapper)],
             router: Router::new(std::slice::from_ref(&settings)).expect("valid routes"),
             catalog: Box::new(NoCatalog),
             positions: Box::new(FakePositions(db.clone())),
