@@ -13,6 +13,7 @@ pub(crate) mod health;
 pub(crate) mod http;
 pub mod kafka;
 pub mod mapping;
+pub(crate) mod merge;
 pub(crate) mod meters;
 pub mod migrate;
 pub(crate) mod offsets;

@@ -115,6 +115,9 @@ pub struct Column {
     pub not_null: bool,
     /// A column with a default may be left out of a row; the default then applies.
     pub has_default: bool,
+    /// The default as SQL (PostgreSQL's own rendering of it, from the catalog), for merges
+    /// that insert rows whose records left the column out; `None` where NULL applies.
+    pub default_sql: Option<String>,
 }
 
 /// A target table and its writable columns, in table order.
@@ -197,8 +200,13 @@ SELECT a.attname::text,
        format_type(a.atttypid, a.atttypmod) AS sql_type,
        a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS not_null,
        a.atthasdef OR a.attidentity = 'd' AS has_default,
-       a.attidentity = 'a' OR a.attgenerated <> '' AS never_written
+       a.attidentity = 'a' OR a.attgenerated <> '' AS never_written,
+       -- An identity column has no pg_attrdef row: its default is its sequence's next value.
+       CASE WHEN a.attidentity = 'd'
+            THEN format('nextval(%L::regclass)', pg_get_serial_sequence(a.attrelid::regclass::text, a.attname))
+            ELSE pg_get_expr(d.adbin, d.adrelid) END AS default_sql
   FROM pg_attribute a
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
   JOIN pg_type t ON t.oid = a.atttypid
   JOIN pg_type b ON b.oid = COALESCE(NULLIF(t.typbasetype, 0), t.oid)
   LEFT JOIN pg_proc bs ON bs.oid = b.typsend
@@ -232,7 +240,17 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         schema: schema.into(),
         table: table.into(),
     })?;
-    type Row = (String, i64, i64, i64, String, bool, bool, bool);
+    type Row = (
+        String,
+        i64,
+        i64,
+        i64,
+        String,
+        bool,
+        bool,
+        bool,
+        Option<String>,
+    );
     let rows: Vec<Row> = sqlx::query_as(COLUMNS_SQL)
         .bind(sqlx::postgres::types::Oid(oid as u32))
         .fetch_all(pool)
@@ -248,6 +266,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         not_null,
         has_default,
         never_written,
+        default_sql,
     ) in rows
     {
         if never_written {
@@ -266,6 +285,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
             sql_type,
             not_null,
             has_default,
+            default_sql,
         });
     }
     let keys: Vec<(bool, Vec<String>)> = sqlx::query_as(UNIQUE_KEYS_SQL)

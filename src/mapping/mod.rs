@@ -14,6 +14,7 @@ mod encode;
 mod envelope;
 mod json_schema;
 mod json_write;
+mod keys;
 mod pointer;
 mod protobuf;
 mod rows;
@@ -32,7 +33,7 @@ use anyhow::Context as _;
 
 pub use convert::Hint;
 pub use encode::MAX_JSON_DEPTH;
-pub use rows::{Rows, TableRows};
+pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub use source::{Meta, Source};
 
@@ -41,6 +42,7 @@ use crate::registry::{RegisteredSchema, SchemaKind};
 use crate::schema::{Column, Table};
 use column_settings::{hex_columns, is_time, time_units, ConfiguredUnit};
 use envelope::HintCache;
+use keys::upsert_key_names;
 use transcode::Decoder;
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
@@ -128,6 +130,8 @@ pub struct TopicMapper {
     needs_key: bool,
     /// Upsert key column indices; `None` in insert mode.
     upsert_keys: Option<Arc<[u16]>>,
+    /// Every column, the COPY list of upsert rows.
+    all_columns: Vec<u16>,
     delete_on_tombstone: bool,
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
@@ -233,13 +237,14 @@ impl TopicMapper {
             key_encoding: topic.key_format,
             decoders: HashMap::new(),
             delete_on_tombstone: topic.delete_on_tombstone,
-            table,
             sources,
             fields,
             slot_of,
             needs_headers,
             needs_key,
             upsert_keys,
+            all_columns: (0..table.columns.len() as u16).collect(),
+            table,
             hints: HintCache::default(),
             units,
             hex,
@@ -413,39 +418,6 @@ impl TopicMapper {
     pub fn needs_headers(&self) -> bool {
         self.needs_headers || self.on_error == OnError::DeadLetter
     }
-}
-
-/// Resolves the upsert key: configured columns, else the primary key; it must match a unique
-/// index so that `ON CONFLICT` can use it.
-fn upsert_key_names(topic: &TopicSettings, table: &Table) -> Result<Vec<String>, String> {
-    let names: Vec<String> = if !topic.key.is_empty() {
-        topic.key.clone()
-    } else if !table.primary_key.is_empty() {
-        table.primary_key.clone()
-    } else {
-        return Err("mode = \"upsert\" needs a key: the table has no primary key, so name the key columns with `key = [...]`".into());
-    };
-    for name in &names {
-        if table.column(name).is_none() {
-            return Err(format!(
-                "upsert key column {name:?} is not a column of the table"
-            ));
-        }
-    }
-    let mut wanted = names.clone();
-    wanted.sort();
-    let indexed = table.unique_keys.iter().any(|cols| {
-        let mut cols = cols.clone();
-        cols.sort();
-        cols == wanted
-    });
-    if !indexed {
-        return Err(format!(
-            "upsert key ({}) is not the primary key or a unique index of the table; ON CONFLICT needs one",
-            names.join(", ")
-        ));
-    }
-    Ok(names)
 }
 
 #[cfg(test)]

@@ -482,13 +482,18 @@ fn upsert_leaves_absent_columns_out_in_every_format() {
     ] {
         let m = TopicMapper::new(&topic(extra), table(columns(), &["id"])).unwrap();
         let rows = encode(&m, value).unwrap();
-        assert_eq!(rows.shapes[0].columns, vec![0], "{extra}");
+        // Upsert rows have every column; the mask says which the record carried.
+        assert_eq!(rows.shapes[0].columns, vec![0, 1, 2], "{extra}");
+        assert_eq!(rows.presence.uniform(), Some(&[0][..]), "{extra}");
     }
     // An explicit null is a value: it is written.
     let m = TopicMapper::new(&topic("mode = \"upsert\""), table(columns(), &["id"])).unwrap();
     assert_eq!(
-        encode(&m, r#"{"id":1,"a":null}"#).unwrap().shapes[0].columns,
-        vec![0, 1]
+        encode(&m, r#"{"id":1,"a":null}"#)
+            .unwrap()
+            .presence
+            .uniform(),
+        Some(&[0, 1][..])
     );
     // Insert has no row to keep: a nullable column without a default is written as NULL.
     let m = mapper(columns(), "");

@@ -178,6 +178,7 @@ mod tests {
                 sql_type: "bigint".into(),
                 not_null: true,
                 has_default: false,
+                default_sql: None,
             }],
             skipped: vec![],
             primary_key: vec![],

@@ -399,6 +399,7 @@ mod tests {
             sql_type: format!("{ty:?}").to_lowercase(),
             not_null,
             has_default: false,
+            default_sql: None,
         }
     }
 
