@@ -23,6 +23,10 @@ pub struct TableWrite {
     /// Statements that prepare the session (temporary staging tables), run once per
     /// connection; the name identifies them.
     pub setup: Option<(String, Vec<String>)>,
+    /// Statements run once before the copies (not again for each part a failed batch is
+    /// split into), each with its record's partition and offset: a Debezium truncate, which
+    /// is left out with the rows after it when `left_out` says so.
+    pub before: Vec<(String, (i32, i64))>,
     /// COPY streams, each with its rows' ordinals (and records, where rejected rows become
     /// dead letters).
     pub copies: Vec<StagedCopy>,
@@ -50,13 +54,15 @@ pub struct StagedCopy {
 impl StagedCopy {
     /// Whether row `i` is written, given the write's `left_out`.
     pub fn keeps(&self, i: usize, left_out: Option<(i32, i64)>) -> bool {
-        match left_out {
-            Some((partition, from)) => {
-                let (p, offset) = self.positions[i];
-                p != partition || offset < from
-            }
-            None => true,
-        }
+        kept(self.positions[i], left_out)
+    }
+}
+
+/// Whether the record at `position` is written, given a write's `left_out`.
+pub fn kept((p, offset): (i32, i64), left_out: Option<(i32, i64)>) -> bool {
+    match left_out {
+        Some((partition, from)) => p != partition || offset < from,
+        None => true,
     }
 }
 
@@ -232,6 +238,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         origins: r.origins,
         positions: r.positions,
     };
+    // A truncate is the first of its table in the batch: it runs before every copy.
+    let before: Vec<(String, (i32, i64))> = rows
+        .truncate
+        .map(|at| (format!("TRUNCATE {}", table.qualified()), at))
+        .into_iter()
+        .collect();
     let Some(keys) = rows.upsert_keys.clone() else {
         let copies: Vec<StagedCopy> = rows
             .shapes
@@ -239,18 +251,24 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             .filter(|r| !r.buffer.is_empty())
             .map(|r| staged(copy_statement(&table.qualified(), &names(&r.columns)), r))
             .collect();
-        return (!copies.is_empty()).then(|| TableWrite {
+        return (!copies.is_empty() || !before.is_empty()).then(|| TableWrite {
             table: table.to_string(),
             topic,
             setup: None,
+            before,
             copies,
             statements: Vec::new(),
             dead_letters,
             left_out: None,
         });
     };
-    let staging = Staging::of(&table);
+    let staging = Staging::of(&table, rows.soft_delete.is_some());
     let key_names = names(&keys);
+    // Soft deletes stage the mark with the key.
+    let mut delete_names = key_names.clone();
+    if let Some(soft) = rows.soft_delete {
+        delete_names.extend(names(&[soft.column]));
+    }
     let mut copies = Vec::new();
     let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.buffer.is_empty());
     for r in rows.shapes {
@@ -262,12 +280,22 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         }
     }
     if let Some(deletes) = rows.deletes.filter(|d| !d.buffer.is_empty()) {
-        let mut cols = key_names.clone();
+        let mut cols = delete_names.clone();
         cols.push(quote_ident(ORDINAL));
         copies.push(staged(copy_statement(&staging.deletes, &cols), deletes));
     }
     if copies.is_empty() {
-        return None;
+        // Nothing staged: only a truncate, if anything.
+        return (!before.is_empty()).then(|| TableWrite {
+            table: table.to_string(),
+            topic,
+            setup: None,
+            before,
+            copies,
+            statements: Vec::new(),
+            dead_letters,
+            left_out: None,
+        });
     }
     let mut statements = Merge {
         table: &table,
@@ -276,6 +304,8 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         deletes: &staging.deletes,
         presence: &rows.presence,
         has_deletes,
+        soft_delete: rows.soft_delete,
+        first_wins: rows.first_wins,
     }
     .statements();
     // Another topic may stage rows for the same table in this transaction.
@@ -283,7 +313,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     Some(TableWrite {
         table: table.to_string(),
         topic,
-        setup: Some((staging.upserts.clone(), staging.create(&table, &key_names))),
+        // Named by both staging tables: topics of one table may stage deletes differently.
+        setup: Some((
+            format!("{} {}", staging.upserts, staging.deletes),
+            staging.create(&table, &delete_names),
+        )),
+        before,
         copies,
         statements,
         dead_letters,
@@ -299,8 +334,10 @@ struct Staging {
 
 impl Staging {
     /// Named by the table's oid: short and unique whatever the schema and table names, and
-    /// shared by every topic that writes the table.
-    fn of(table: &Table) -> Self {
+    /// shared by every topic that writes the table (soft deletes, which stage their mark
+    /// too, have their own).
+    fn of(table: &Table, soft: bool) -> Self {
+        let deletes = if soft { "kps_softdel" } else { "kps_delete" };
         Self {
             upserts: format!(
                 "pg_temp.{}",
@@ -308,14 +345,14 @@ impl Staging {
             ),
             deletes: format!(
                 "pg_temp.{}",
-                quote_ident(&format!("kps_delete_{}", table.oid))
+                quote_ident(&format!("{deletes}_{}", table.oid))
             ),
         }
     }
 
     /// No constraints or defaults in staging: columns a record does not carry are simply not
     /// merged.
-    fn create(&self, table: &Table, key_names: &[String]) -> Vec<String> {
+    fn create(&self, table: &Table, delete_names: &[String]) -> Vec<String> {
         let ord = quote_ident(ORDINAL);
         vec![
             format!(
@@ -331,7 +368,7 @@ impl Staging {
             format!(
                 "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
                 self.deletes.trim_start_matches("pg_temp."),
-                key_names.join(", "),
+                delete_names.join(", "),
                 table.qualified()
             ),
             format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.deletes),

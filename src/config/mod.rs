@@ -37,8 +37,8 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    ByteaEncoding, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize,
-    TableFrom, TimeUnit, TopicSettings, WriteMode,
+    ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns, OnConflict, OnError,
+    RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode, WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -182,6 +182,22 @@ impl Settings {
                 return invalid(format!(
                     "topic {label}: delete_on_tombstone needs mode = \"upsert\""
                 ));
+            }
+            if topic.truncate != TruncateMode::Fail && topic.format != RecordFormat::Debezium {
+                return invalid(format!(
+                    "topic {label}: truncate applies to format = \"debezium\" (its op \"t\" events)"
+                ));
+            }
+            match (topic.delete_mode, &topic.soft_delete_column) {
+                (DeleteMode::Soft, None) => return invalid(format!("topic {label}: delete_mode = \"soft\" needs soft_delete_column, the column a delete sets")),
+                (DeleteMode::Hard, Some(_)) => return invalid(format!("topic {label}: soft_delete_column needs delete_mode = \"soft\"")),
+                (DeleteMode::Soft, Some(_)) if !(topic.format == RecordFormat::Debezium || topic.delete_on_tombstone) => {
+                    return invalid(format!("topic {label}: delete_mode = \"soft\" needs deletes: format = \"debezium\", or mode = \"upsert\" with delete_on_tombstone = true"))
+                }
+                _ => {}
+            }
+            if topic.on_conflict == OnConflict::Ignore && mode != WriteMode::Insert {
+                return invalid(format!("topic {label}: on_conflict = \"ignore\" applies to mode = \"insert\" (upsert already resolves conflicts: the last record wins)"));
             }
             if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
                 return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));

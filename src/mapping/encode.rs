@@ -13,9 +13,10 @@ use super::pointer::JsonRef;
 use super::rows::presence_mask;
 use super::transcode;
 use super::{
-    pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
+    pointer, ConfiguredUnit, EncodeError, MapError, Marker, Meta, Rows, SoftDelete, Source,
+    TableRows, TopicMapper,
 };
-use crate::config::RecordFormat;
+use crate::config::{RecordFormat, TruncateMode};
 use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
 use std::sync::Arc;
@@ -96,6 +97,9 @@ impl TopicMapper {
             },
             _ => envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?,
         };
+        if decoded.op == Op::Truncate {
+            return self.encode_truncate(record, rows);
+        }
         let transcoded_key;
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
@@ -135,6 +139,31 @@ impl TopicMapper {
         match decoded.op {
             Op::Write => self.encode_write(record, rows, value_of),
             Op::Delete => self.encode_delete(record, rows, value_of, key),
+            Op::Truncate => unreachable!("returned above"),
+        }
+    }
+
+    /// A truncate empties the table before the batch's rows of it, so it must be the first of
+    /// its table in the batch: one that meets rows asks for a fresh batch, and the rows before
+    /// it commit first.
+    fn encode_truncate(
+        &self,
+        record: &RecordView<'_>,
+        rows: &mut TableRows,
+    ) -> Result<(), EncodeError> {
+        match self.truncate {
+            TruncateMode::Fail => Err(MapError::Unsupported(
+                "Debezium op \"t\" (a truncate; the topic's truncate = \"fail\")".into(),
+            )
+            .into()),
+            TruncateMode::Ignore => Ok(()),
+            TruncateMode::Apply if rows.rows() > 0 => Err(EncodeError::NeedsFreshBatch),
+            TruncateMode::Apply => {
+                // A second truncate with no rows since changes nothing.
+                rows.truncate
+                    .get_or_insert((record.partition, record.offset));
+                Ok(())
+            }
         }
     }
 
@@ -355,7 +384,7 @@ impl TopicMapper {
         value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
         key: Option<Input<'a>>,
     ) -> Result<(), EncodeError> {
-        let Some(keys) = self.upsert_keys.clone() else {
+        let Some(keys) = self.upsert_keys.clone().filter(|_| !self.ignore_conflicts) else {
             return Err(MapError::DeleteNeedsUpsert.into());
         };
         let mut values = Vec::with_capacity(keys.len());
@@ -380,15 +409,53 @@ impl TopicMapper {
             }
             values.push((k, value));
         }
+        // The mark's value, checked before the row begins.
+        if let Some(SoftDelete {
+            column,
+            marker: Marker::Time,
+        }) = self.soft_delete
+        {
+            if record.timestamp.is_none() {
+                let col = &self.table.columns[column as usize];
+                return Err(MapError::BadValue {
+                    column: col.name.clone(),
+                    sql_type: col.sql_type.clone(),
+                    origin: "the delete's Kafka timestamp (soft_delete_column)".into(),
+                    reason: "the record has no timestamp".into(),
+                }
+                .into());
+            }
+        }
         let ordinal = rows.next_ordinal;
         let keep = rows.keep_origins;
         let deletes = rows.deletes.get_or_insert_with(|| Rows::new(keys.to_vec()));
         let copy = &mut deletes.buffer;
-        let mark = copy.begin_row(values.len() + 1);
+        let soft = usize::from(self.soft_delete.is_some());
+        let mark = copy.begin_row(values.len() + soft + 1);
         for (k, value) in &values {
             if let Err(reason) = self.write_value(*k, value, record, copy) {
                 copy.undo_row(mark);
                 return Err(self.bad_value(*k, reason).into());
+            }
+        }
+        if let Some(SoftDelete { column, marker }) = self.soft_delete {
+            let col = &self.table.columns[column as usize];
+            let written = match marker {
+                Marker::Flag => {
+                    copy.bytes(&[1]);
+                    Ok(())
+                }
+                Marker::Time => write_meta(&Meta::Timestamp, col, record, copy),
+            };
+            if let Err(reason) = written {
+                copy.undo_row(mark);
+                return Err(MapError::BadValue {
+                    column: col.name.clone(),
+                    sql_type: col.sql_type.clone(),
+                    origin: "the delete's Kafka timestamp (soft_delete_column)".into(),
+                    reason,
+                }
+                .into());
             }
         }
         copy.bytes(&ordinal.to_be_bytes());

@@ -32,7 +32,7 @@ fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
     match m.encode(&record(value), &mut rows) {
         Ok(()) => Ok(rows),
         Err(EncodeError::Invalid(e)) => Err(e),
-        Err(EncodeError::ShapeChanged) => panic!("a fresh batch never changes shape"),
+        Err(EncodeError::NeedsFreshBatch) => panic!("a fresh batch never changes shape"),
         Err(EncodeError::NeedSchema(id)) => panic!("JSON records need no schema ({id})"),
     }
 }
