@@ -501,6 +501,45 @@ mod tests {
     /// Registry formats (value, Debezium encoding or key) need `[schema_registry]`; `encoding`
     /// belongs to Debezium only; with the section they load.
     #[test]
+    fn truncate_soft_deletes_and_on_conflict_are_refused_where_they_cannot_apply() {
+        for (extra, expected) in [
+            (
+                "truncate = \"apply\"",
+                "truncate applies to format = \"debezium\"",
+            ),
+            (
+                "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"",
+                "needs soft_delete_column",
+            ),
+            (
+                "soft_delete_column = \"gone\"",
+                "needs delete_mode = \"soft\"",
+            ),
+            (
+                "mode = \"upsert\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+                "needs deletes",
+            ),
+            (
+                "mode = \"upsert\"\non_conflict = \"ignore\"",
+                "applies to mode = \"insert\"",
+            ),
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{extra}: {err}");
+        }
+        for extra in [
+            "format = \"debezium\"\ntruncate = \"apply\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+            "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+            "on_conflict = \"ignore\"",
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let loaded = Settings::load(Some(file.path()), &Overrides::default());
+            assert!(loaded.is_ok(), "{extra}: {:?}", loaded.err());
+        }
+    }
+
+    #[test]
     fn registry_formats_need_a_schema_registry() {
         for extra in [
             "format = \"avro\"",

@@ -65,7 +65,9 @@ fn debezium_sequence(
             state.clear();
             continue;
         }
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let id = ((x >> 33) % 40) as i32;
         let key = Some(format!(r#"{{"id":{id}}}"#));
         let new: Customer = (format!("c{i}"), (i % 3 != 0).then_some(i as i32));
@@ -79,7 +81,12 @@ fn debezium_sequence(
         };
         match (state.get(&id).cloned(), (x >> 20) % 5) {
             (Some(old), 0) => {
-                records.push(record(0, key.clone(), Some(change("d", id, Some(&old), None)), 0));
+                records.push(record(
+                    0,
+                    key.clone(),
+                    Some(change("d", id, Some(&old), None)),
+                    0,
+                ));
                 records.push(record(0, key, None, 0));
                 apply(state, true);
                 apply(ignored, true);
@@ -149,7 +156,11 @@ async fn truncate_in_the_middle_of_a_debezium_sequence_equals_the_source_state()
     sink.kill9();
     let mut sink = Sink::start(&config, "truncate-2");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
-    assert_eq!(customers(&db, "customers").await, state, "after the first half");
+    assert_eq!(
+        customers(&db, "customers").await,
+        state,
+        "after the first half"
+    );
     sink.kill9();
 
     let second = debezium_sequence(11, 800, &[300, 770], &mut state, &mut ignored);
@@ -158,7 +169,10 @@ async fn truncate_in_the_middle_of_a_debezium_sequence_equals_the_source_state()
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     assert!(sink.stop().success());
     let rows = customers(&db, "customers").await;
-    assert!(!rows.is_empty(), "the sequence ends with rows after its last truncate");
+    assert!(
+        !rows.is_empty(),
+        "the sequence ends with rows after its last truncate"
+    );
     assert_eq!(rows, state);
 
     let mut kept = SinkConfig::new(&db.url, &topic.name, "customers_kept");
@@ -193,7 +207,9 @@ async fn soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_the
     let base = 1_700_000_000_000i64;
     let mut x = 3u64;
     for i in 0..2_000i64 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let id = ((x >> 33) % 60) as i64;
         let ts = base + i * 1_000;
         let key = Some(format!(r#"{{"id":{id}}}"#));
@@ -289,8 +305,10 @@ async fn debezium_soft_deletes_set_a_boolean_and_keep_the_row() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    let rows: BTreeMap<i32, (Customer, bool)> =
-        rows.into_iter().map(|(id, n, s, d)| (id, ((n, s), d))).collect();
+    let rows: BTreeMap<i32, (Customer, bool)> = rows
+        .into_iter()
+        .map(|(id, n, s, d)| (id, ((n, s), d)))
+        .collect();
     assert!(model.values().any(|r| r.1) && model.values().any(|r| !r.1));
     assert_eq!(rows, model);
 }
@@ -316,7 +334,9 @@ async fn on_conflict_ignore_keeps_the_existing_row_and_the_first_record_per_key(
     let mut records = Vec::new();
     let mut x = 9u64;
     for i in 0..1_200i64 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let id = ((x >> 33) % 300) as i64;
         let value = if i % 5 == 0 {
             format!(r#"{{"id":{id},"v":"r{i}"}}"#)
