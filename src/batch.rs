@@ -644,7 +644,7 @@ mod tests {
             );
             assert_eq!(
                 write.setup.as_ref().map(|(id, _)| id.as_str()),
-                Some("pg_temp.\"kps_stage_5\"")
+                Some("pg_temp.\"kps_stage_5\" pg_temp.\"kps_delete_5\"")
             );
             let merge = &write.statements[0];
             assert_eq!(merge.contains("DISTINCT ON"), !folds, "{merge}");

@@ -17,6 +17,7 @@ mod json_write;
 mod keys;
 mod pointer;
 mod protobuf;
+mod removal;
 mod rows;
 mod schema_fields;
 mod schema_types;
