@@ -8,7 +8,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// A record with a JSON key and value (or a tombstone) at a given Kafka timestamp.
@@ -190,8 +190,9 @@ type Item = (String, Option<i32>, Option<i64>);
 
 /// Soft deletes in upsert mode with tombstones, over two partitions and many small batches:
 /// a delete marks the row with its record's Kafka timestamp and keeps every other column; a
-/// later upsert revives it (the mark cleared); a second delete keeps the first mark; a delete
-/// of a key without a row writes nothing.
+/// later upsert revives it (the mark cleared), and one that leaves a column out keeps the
+/// deleted row's value there; a second delete keeps the first mark; a delete of a key without
+/// a row writes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_them() {
     let db = TestDb::migrated().await;
@@ -220,11 +221,15 @@ async fn soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_the
                 row.2.get_or_insert(ts);
             }
         } else {
-            let qty = (i % 4 != 0).then_some(i as i32);
-            let value = format!(
-                r#"{{"id":{id},"name":"n{i}","qty":{}}}"#,
-                qty.map_or("null".into(), |q| q.to_string())
-            );
+            // Every 7th record leaves qty out: a revived row keeps the deleted row's qty.
+            let (value, qty) = if i % 7 == 0 {
+                let kept = model.get(&id).and_then(|r| r.1);
+                (format!(r#"{{"id":{id},"name":"n{i}"}}"#), kept)
+            } else {
+                let qty = (i % 4 != 0).then_some(i as i32);
+                let text = qty.map_or("null".into(), |q| q.to_string());
+                (format!(r#"{{"id":{id},"name":"n{i}","qty":{text}}}"#), qty)
+            };
             records.push(record(partition, key, Some(value), ts));
             model.insert(id, (format!("n{i}"), qty, None));
         }
@@ -363,4 +368,73 @@ async fn on_conflict_ignore_keeps_the_existing_row_and_the_first_record_per_key(
     let rows: BTreeMap<i64, (String, Option<i32>)> =
         rows.into_iter().map(|(id, v, n)| (id, (v, n))).collect();
     assert_eq!(rows, model);
+}
+
+/// A truncate kept as a `decode` dead letter (the default `truncate = "fail"`) is never
+/// replayed into the table, even once the topic says `apply`: it would delete the rows written
+/// since. With `ignore` the replay takes it and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_truncate_dead_letter_is_never_replayed_into_the_table() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, score int)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let (mut state, mut ignored) = (BTreeMap::new(), BTreeMap::new());
+    let records = debezium_sequence(13, 60, &[30], &mut state, &mut ignored);
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
+    config.metadata = String::new();
+    config.topic_settings = "format = \"debezium\"\non_error = \"dead_letter\"".into();
+    let mut sink = Sink::start(&config, "truncate-letter");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    assert_eq!(customers(&db, "customers").await, ignored);
+    let letters = || async {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT error_kind, error_message FROM kafka_dead_letters")
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        rows
+    };
+    assert_eq!(letters().await.len(), 1);
+
+    config.topic_settings =
+        "format = \"debezium\"\non_error = \"dead_letter\"\ntruncate = \"apply\"".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert!(
+        out.stdout
+            .contains("replayed 0 dead letter(s); 1 still fail"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let left = letters().await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0, "decode");
+    assert!(left[0].1.contains("never replayed"), "{left:?}");
+    assert_eq!(
+        customers(&db, "customers").await,
+        ignored,
+        "nothing truncated"
+    );
+
+    config.topic_settings =
+        "format = \"debezium\"\non_error = \"dead_letter\"\ntruncate = \"ignore\"".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert!(
+        out.status.success()
+            && out
+                .stdout
+                .contains("replayed 1 dead letter(s); 0 still fail"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(letters().await.is_empty());
+    assert_eq!(customers(&db, "customers").await, ignored);
 }
