@@ -438,3 +438,45 @@ async fn a_truncate_dead_letter_is_never_replayed_into_the_table() {
     assert!(letters().await.is_empty());
     assert_eq!(customers(&db, "customers").await, ignored);
 }
+
+/// A truncate PostgreSQL refuses (the table is referenced by a foreign key) stops the sink
+/// with the error instead of retrying it forever; the rows before it are committed and the
+/// position rests on the truncate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_truncate_postgresql_refuses_stops_the_sink_at_it() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, score int); CREATE TABLE orders (id int PRIMARY KEY, customer int REFERENCES customers)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let (mut state, mut ignored) = (BTreeMap::new(), BTreeMap::new());
+    let records = debezium_sequence(17, 40, &[25], &mut state, &mut ignored);
+    let at = records
+        .iter()
+        .position(|r| r.key.is_none())
+        .expect("the truncate") as i64;
+    // The source before its truncate.
+    let (mut before, mut unused) = (BTreeMap::new(), BTreeMap::new());
+    debezium_sequence(17, 25, &[], &mut before, &mut unused);
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
+    config.metadata = String::new();
+    config.topic_settings = "format = \"debezium\"\ntruncate = \"apply\"".into();
+    let mut sink = Sink::start(&config, "truncate-refused");
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| {
+            panic!(
+                "the refused truncate should stop the sink\n{}",
+                sink.logs_tail(20)
+            )
+        });
+    assert_eq!(status.code(), Some(1), "{}", sink.logs_tail(20));
+    assert!(sink.logs().contains("0A000"), "{}", sink.logs_tail(20));
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(at))]
+    );
+    assert_eq!(customers(&db, "customers").await, before);
+}
