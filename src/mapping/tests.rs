@@ -1320,4 +1320,11 @@ fn on_conflict_ignore_needs_a_unique_key_and_stages_by_it() {
     assert_eq!(m.key_columns(), ["id"]);
     let rows = encode(&m, r#"{"id":1}"#).unwrap();
     assert!(rows.first_wins && rows.upsert_keys.is_some());
+    let mut tombstone = record("");
+    tombstone.value = None;
+    let mut rows = m.new_rows();
+    assert_eq!(
+        m.encode(&tombstone, &mut rows),
+        Err(EncodeError::Invalid(MapError::Tombstone))
+    );
 }

@@ -179,6 +179,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("the primary key; it needs a unique index) has a row: a row that exists always stays as it", &["records::on_conflict_ignore_keeps_the_existing_row_and_the_first_record_per_key"]),
     ("later ones ignored — the same rows whichever way the records fall into batches. Columns the", &["records::on_conflict_ignore_keeps_the_existing_row_and_the_first_record_per_key"]),
     ("first record does not carry take their defaults.", &["records::on_conflict_ignore_keeps_the_existing_row_and_the_first_record_per_key"]),
+    ("first record does not carry take their defaults. Tombstones are errors as in plain insert.", &["src/mapping/tests.rs::on_conflict_ignore_needs_a_unique_key_and_stages_by_it"]),
     ("and for Debezium: a delete keeps the row, with all its other columns as they were, and sets", &["records::soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_them", "records::debezium_soft_deletes_set_a_boolean_and_keep_the_row"]),
     ("delete record's Kafka timestamp (not the time the sink applied it, so a replay writes the", &["records::soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_them", "src/mapping/tests.rs::soft_delete_columns_are_checked_and_set_by_deletes_and_upserts"]),
     ("same value). A row already marked keeps its first mark", &["records::soft_deletes_mark_rows_with_the_delete_timestamp_and_upserts_revive_them"]),
