@@ -9,6 +9,8 @@
 /// (a sentence fragment of README.md, the tests proving it: `file::test` for `tests/it/file.rs`,
 /// `src/path.rs::test` for unit tests).
 const CLAIMS: &[(&str, &[&str])] = &[
+    ("1 when `/ready` would answer 200 at this scrape, else 0", &["operations::metrics_are_scraped_and_parsed_and_health_answers", "operations::readiness_flips_while_postgres_is_down"]),
+    ("a process owns partitions but is not ready (`kafka_pg_sink_ready` 0), for 5 min", &["alerts::the_alert_rules_pass_promtool_check_and_their_unit_tests", "alerts::a_real_prometheus_scrapes_the_sink_and_evaluates_every_alert_rule"]),
     ("the topic's `time_unit` does not apply, and no unit is assumed, so a bare integer there is a `mapping` error", &["src/mapping/tests.rs::bytea_encoding_names_bytea_columns_and_time_units_take_times_of_day_and_intervals", "src/mapping/convert/clock.rs::integer_times_need_a_unit_and_must_lie_within_the_day", "src/mapping/convert/interval.rs::integers_need_a_unit_and_avro_durations_map_field_by_field", "types::json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_ones_are_dead_letters", "types::connect_json_debezium_durations_and_times_land_in_interval_and_time_columns"]),
     ("| | `google.protobuf.Duration` | proto3 JSON seconds, `\"1.5s\"` | interval (all of it time), text |", &["src/mapping/convert/interval.rs::protobuf_durations_are_seconds_with_up_to_nine_decimals", "types::protobuf_durations_land_in_interval_columns"]),
     ("Protobuf's `Duration` as its JSON seconds", &["src/mapping/convert/interval.rs::protobuf_durations_are_seconds_with_up_to_nine_decimals", "types::protobuf_durations_land_in_interval_columns"]),
