@@ -526,7 +526,8 @@ async fn domains_over_enums_and_other_domains_are_written_as_their_base() {
     config.topic_settings = "on_error = \"dead_letter\"".into();
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
-    let rows: Vec<(i32, Option<String>, Option<String>, Option<String>)> =
+    type Row = (i32, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Row> =
         sqlx::query_as("SELECT id, m::text, w::text, ms::text FROM nested ORDER BY id")
             .fetch_all(&db.pool)
             .await
