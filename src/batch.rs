@@ -35,6 +35,9 @@ pub struct TableWrite {
     /// A partition whose rows from this offset on are left out: PostgreSQL refused the record
     /// there and the topic stops on errors, so its position rests on that record.
     pub left_out: Option<(i32, i64)>,
+    /// Schema changes (`auto_create`, `auto_evolve`) the rows need, run first in the
+    /// transaction so they commit or roll back with the rows.
+    pub ddl: Vec<crate::ddl::Step>,
 }
 
 /// One COPY stream of a table write.
@@ -249,6 +252,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             statements: Vec::new(),
             dead_letters,
             left_out: None,
+            ddl: Vec::new(),
         });
     };
     let staging = Staging::of(&table);
@@ -341,6 +345,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         statements,
         dead_letters,
         left_out: None,
+        ddl: Vec::new(),
     })
 }
 

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod dead_letter;
+pub(crate) mod ddl;
 pub mod headers;
 pub(crate) mod health;
 pub(crate) mod http;

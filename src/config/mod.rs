@@ -36,7 +36,7 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize, TimeUnit,
+    AutoEvolve, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize, TimeUnit,
     TopicSettings, WriteMode,
 };
 
@@ -200,6 +200,9 @@ impl Settings {
             }
             if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
                 return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
+            }
+            if let Some(reason) = crate::ddl::config_problem(topic) {
+                return invalid(format!("topic {label}: {reason}"));
             }
             match (topic.format, &topic.raw_column) {
                 (RecordFormat::Raw, None) => {

@@ -80,6 +80,23 @@ pub struct TopicSettings {
     /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
     #[serde(default)]
     pub time_units: BTreeMap<String, TimeUnit>,
+    /// Create the table from the first record's schema when it is missing, in that record's
+    /// batch's transaction.
+    #[serde(default)]
+    pub auto_create: bool,
+    /// What a schema field the table lacks does: unset ignores it (as a record's unknown
+    /// fields are); `add_columns` adds a nullable column in the batch that first carries it.
+    #[serde(default)]
+    pub auto_evolve: Option<AutoEvolve>,
+}
+
+/// How a table follows its records' schema (`auto_evolve`). Only additions: the sink never
+/// drops or narrows a column, since other readers of the table may depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoEvolve {
+    /// A new field adds a nullable column.
+    AddColumns,
 }
 
 /// What an integer in a time column counts since 1970-01-01 00:00 UTC.

@@ -26,6 +26,7 @@ use crate::routing::Router;
 use crate::writer::SendError;
 
 pub(crate) mod adapters;
+mod evolve;
 mod fatal;
 mod lanes;
 mod partitions;
@@ -110,6 +111,8 @@ pub struct Pipeline {
     last_epoch_check: Instant,
     /// When positions were last compared with the cursors, for offsets that carry no record.
     last_gap_check: Instant,
+    /// Per route, once looked up: its `auto_create`/`auto_evolve` state, if it uses either.
+    evolvers: Vec<Option<Option<crate::ddl::Evolver>>>,
 }
 
 /// Why a schema could not be learnt.
@@ -161,6 +164,7 @@ impl Pipeline {
             last_publish: now,
             last_epoch_check: now,
             last_gap_check: now,
+            evolvers: Vec::new(),
         }
     }
 
@@ -231,7 +235,11 @@ impl Pipeline {
         };
         self.unreported += 1;
         self.routes[route].consumed += 1;
-        let mut encoded = self.encode_into(lane, route, record);
+        let mut encoded = match self.evolve(lane, route, record) {
+            evolve::Evolved::Go => self.encode_into(lane, route, record),
+            evolve::Evolved::Invalid(e) => Err(EncodeError::Invalid(e)),
+            evolve::Evolved::Stop => return,
+        };
         // A value and its key may each bring a schema id not seen yet.
         for _ in 0..2 {
             let Err(EncodeError::NeedSchema(id)) = encoded else {
@@ -369,7 +377,8 @@ impl Pipeline {
         };
         let advances = self.table.seal(&members);
         self.next_batch_id += 1;
-        let batch = self.lanes.open_mut(lane).seal(self.next_batch_id, advances);
+        let mut batch = self.lanes.open_mut(lane).seal(self.next_batch_id, advances);
+        self.attach_ddl(&mut batch);
         while !self.lanes.has_room(lane) {
             if !self.wait_for_result() {
                 return;
