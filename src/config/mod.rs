@@ -36,8 +36,8 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    AutoEvolve, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize, TimeUnit,
-    TopicSettings, WriteMode,
+    AutoEvolve, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize,
+    TimeUnit, TopicSettings, WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).

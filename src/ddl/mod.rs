@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 pub(crate) use apply::{apply, is_concurrent_change};
-pub(crate) use plan::{missing_table, Change, MISSING_OID};
 pub use plan::Step;
+pub(crate) use plan::{missing_table, Change, MISSING_OID};
 pub(crate) use record::shape_of_schema;
 
 use crate::config::{Encoding, KeyFrom, RecordFormat, TopicSettings, WriteMode};
@@ -44,7 +44,10 @@ pub(crate) fn config_problem(topic: &TopicSettings) -> Option<String> {
         return Some("auto_create and auto_evolve read Connect JSON, Avro and Debezium (JSON or Avro) schemas; for protobuf and json-schema topics create the table yourself".into());
     }
     if topic.auto_evolve.is_some() && !topic.map_by_name {
-        return Some("auto_evolve adds columns that take their field by name: it needs map_by_name = true".into());
+        return Some(
+            "auto_evolve adds columns that take their field by name: it needs map_by_name = true"
+                .into(),
+        );
     }
     None
 }
@@ -52,7 +55,10 @@ pub(crate) fn config_problem(topic: &TopicSettings) -> Option<String> {
 /// The settings a mapping of `table` is checked against: a table still to be created has no
 /// columns, so nothing is checked against it (the mapping is rebuilt on the created table,
 /// with the topic's own settings, before any record is encoded).
-pub(crate) fn settings_for<'a>(settings: &'a TopicSettings, table: &Table) -> Cow<'a, TopicSettings> {
+pub(crate) fn settings_for<'a>(
+    settings: &'a TopicSettings,
+    table: &Table,
+) -> Cow<'a, TopicSettings> {
     if table.oid != MISSING_OID {
         return Cow::Borrowed(settings);
     }

@@ -185,10 +185,16 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
     if !pk.is_empty() {
         defs.push(format!(
             "PRIMARY KEY ({})",
-            pk.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ")
+            pk.iter()
+                .map(|k| quote_ident(k))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
-    let statement = format!("CREATE TABLE IF NOT EXISTS {qualified} ({})", defs.join(", "));
+    let statement = format!(
+        "CREATE TABLE IF NOT EXISTS {qualified} ({})",
+        defs.join(", ")
+    );
     let planned = Table {
         oid: planned_oid(),
         schema: table.schema.clone(),
@@ -232,11 +238,10 @@ fn add_columns(
     // Fields read by an explicit column source are that column's, not columns of their own.
     let read_by_pointer = |field: &str| {
         settings.columns.values().any(|spec| match spec {
-            crate::config::ColumnSpec::Source(s) => {
-                s.strip_prefix('/')
-                    .and_then(|p| p.split('/').next())
-                    .is_some_and(|first| first.replace("~1", "/").replace("~0", "~") == field)
-            }
+            crate::config::ColumnSpec::Source(s) => s
+                .strip_prefix('/')
+                .and_then(|p| p.split('/').next())
+                .is_some_and(|first| first.replace("~1", "/").replace("~0", "~") == field),
             crate::config::ColumnSpec::Const { .. } => false,
         })
     };
@@ -409,7 +414,9 @@ mod tests {
     #[test]
     fn a_new_field_adds_a_nullable_column_only_with_auto_evolve() {
         let table = existing(&[("id", ColumnType::Int8, "bigint")]);
-        assert!(plan(&settings(""), &table, &orders_shape()).unwrap().is_none());
+        assert!(plan(&settings(""), &table, &orders_shape())
+            .unwrap()
+            .is_none());
         let s = settings("auto_evolve = \"add_columns\"");
         let change = plan(&s, &table, &orders_shape()).unwrap().unwrap();
         assert_eq!(
@@ -430,7 +437,9 @@ mod tests {
         ]);
         let err = plan(&s, &table, &orders_shape()).unwrap_err();
         assert!(
-            err.contains(r#"ALTER TABLE "public"."t" ALTER COLUMN "id" TYPE int8 USING "id"::int8"#),
+            err.contains(
+                r#"ALTER TABLE "public"."t" ALTER COLUMN "id" TYPE int8 USING "id"::int8"#
+            ),
             "{err}"
         );
         let wide = existing(&[

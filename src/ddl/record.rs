@@ -119,8 +119,7 @@ pub(crate) fn shape(
                 })
             };
             let value_schema = get(*value)?;
-            let mut shape =
-                shape_of_schema(&value_schema, debezium).map_err(CheckError::Record)?;
+            let mut shape = shape_of_schema(&value_schema, debezium).map_err(CheckError::Record)?;
             if let Some(id) = key {
                 let key_schema = get(*id)?;
                 shape.key = key_fields(&key_schema);
@@ -143,7 +142,9 @@ pub(crate) fn shape_of_schema(schema: &RegisteredSchema, debezium: bool) -> Resu
         serde_json::from_str(&schema.text).map_err(|e| format!("the schema is not JSON: {e}"))?;
     let row = if debezium { avro_after(&root)? } else { &root };
     if row["type"] != "record" {
-        return Err("the value schema is not a record: there are no fields to make columns of".into());
+        return Err(
+            "the value schema is not a record: there are no fields to make columns of".into(),
+        );
     }
     Ok(Shape {
         value: avro_fields(&root, row)?,
@@ -181,7 +182,8 @@ fn avro_after(root: &Value) -> Result<&Value, String> {
             .ok_or("`after` is only null")?;
     }
     if let Some(name) = ty.as_str() {
-        ty = find_named(root, name).ok_or_else(|| format!("`after` names unknown type {name:?}"))?;
+        ty =
+            find_named(root, name).ok_or_else(|| format!("`after` names unknown type {name:?}"))?;
     }
     Ok(ty)
 }

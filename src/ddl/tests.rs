@@ -13,7 +13,8 @@ fn evolver() -> Evolver {
     Evolver::for_settings(&settings).unwrap()
 }
 
-const RECORD: &[u8] = br#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"}]},"payload":{"id":1}}"#;
+const RECORD: &[u8] =
+    br#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"}]},"payload":{"id":1}}"#;
 
 fn no_registry(_: u32) -> Result<RegisteredSchema, RegistryError> {
     Err(RegistryError::Unavailable("none".into()))
@@ -33,8 +34,14 @@ fn steps_ride_on_batches_until_one_commits() {
     assert_eq!(ev.steps_for(1).len(), 1);
     assert_eq!(ev.steps_for(2).len(), 1);
     ev.answered(2, true);
-    assert!(ev.steps_for(3).is_empty(), "committed: no batch carries it again");
-    assert!(ev.check(&change.table, Some(RECORD), None, &mut no_registry).unwrap().is_none());
+    assert!(
+        ev.steps_for(3).is_empty(),
+        "committed: no batch carries it again"
+    );
+    assert!(ev
+        .check(&change.table, Some(RECORD), None, &mut no_registry)
+        .unwrap()
+        .is_none());
     // Batch 1 failing after 2 committed still asks for the table to be described again.
     ev.answered(1, false);
     assert!(ev.needs_redescribe());
@@ -47,7 +54,10 @@ fn steps_ride_on_batches_until_one_commits() {
 fn a_failed_batch_forgets_the_plan() {
     let mut ev = evolver();
     let table = missing_table("public", "t");
-    let change = ev.check(&table, Some(RECORD), None, &mut no_registry).unwrap().unwrap();
+    let change = ev
+        .check(&table, Some(RECORD), None, &mut no_registry)
+        .unwrap()
+        .unwrap();
     ev.adopt(&change);
     ev.steps_for(7);
     ev.answered(7, false);
@@ -55,7 +65,9 @@ fn a_failed_batch_forgets_the_plan() {
     ev.redescribed();
     assert!(ev.steps_for(8).is_empty());
     assert!(
-        ev.check(&table, Some(RECORD), None, &mut no_registry).unwrap().is_some(),
+        ev.check(&table, Some(RECORD), None, &mut no_registry)
+            .unwrap()
+            .is_some(),
         "described as still missing: planned again"
     );
 }
@@ -65,7 +77,12 @@ fn a_failed_batch_forgets_the_plan() {
 fn schemaless_record_for_a_missing_table_is_refused() {
     let mut ev = evolver();
     let err = ev
-        .check(&missing_table("public", "t"), Some(br#"{"id":1}"#), None, &mut no_registry)
+        .check(
+            &missing_table("public", "t"),
+            Some(br#"{"id":1}"#),
+            None,
+            &mut no_registry,
+        )
         .unwrap_err();
     assert!(
         matches!(&err, CheckError::Record(m) if m.contains("create the table")),

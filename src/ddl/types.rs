@@ -145,7 +145,11 @@ fn connect_type(field: &str, s: &Value) -> Result<Created, String> {
                 Some("array" | "struct" | "map") | None => jsonb(),
                 Some(_) => array_of(connect_type(field, &s["items"])?),
             },
-            other => return Err(format!("field {field:?} has the unknown Connect type {other:?}")),
+            other => {
+                return Err(format!(
+                    "field {field:?} has the unknown Connect type {other:?}"
+                ))
+            }
         },
     })
 }
@@ -253,7 +257,10 @@ fn avro_type(root: &Value, field: &str, ty: &Value, depth: usize) -> Result<Crea
 pub(super) fn find_named<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
     match v {
         Value::Object(map) => {
-            if matches!(map.get("type").and_then(Value::as_str), Some("record" | "enum" | "fixed")) {
+            if matches!(
+                map.get("type").and_then(Value::as_str),
+                Some("record" | "enum" | "fixed")
+            ) {
                 let own = map.get("name").and_then(Value::as_str).unwrap_or("");
                 let full = match map.get("namespace").and_then(Value::as_str) {
                     Some(ns) if !own.contains('.') => format!("{ns}.{own}"),
@@ -309,9 +316,28 @@ mod tests {
         assert_eq!(
             sql,
             [
-                "int2", "int2", "int4", "int8", "float4", "float8", "bool", "text", "bytea",
-                "jsonb", "jsonb", "text[]", "jsonb", "numeric(12,2)", "numeric", "date",
-                "timestamptz", "timestamp", "timestamptz", "jsonb", "uuid", "numeric"
+                "int2",
+                "int2",
+                "int4",
+                "int8",
+                "float4",
+                "float8",
+                "bool",
+                "text",
+                "bytea",
+                "jsonb",
+                "jsonb",
+                "text[]",
+                "jsonb",
+                "numeric(12,2)",
+                "numeric",
+                "date",
+                "timestamptz",
+                "timestamp",
+                "timestamptz",
+                "jsonb",
+                "uuid",
+                "numeric"
             ]
         );
         assert!(got[3].2 && !got[2].2, "optional follows the schema");
@@ -322,7 +348,10 @@ mod tests {
     fn a_time_of_day_is_refused_by_name() {
         let schema = r#"{"type":"struct","fields":[{"field":"at","type":"int32","name":"org.apache.kafka.connect.data.Time"}]}"#;
         let err = connect_fields(&serde_json::from_str(schema).unwrap()).unwrap_err();
-        assert!(err.contains("\"at\"") && err.contains("time of day"), "{err}");
+        assert!(
+            err.contains("\"at\"") && err.contains("time of day"),
+            "{err}"
+        );
     }
 
     /// Avro primitives, logical types, unions with null, named types and arrays.
@@ -352,9 +381,25 @@ mod tests {
         assert_eq!(
             sql,
             [
-                "bool", "int4", "int8", "float4", "float8", "text", "bytea", "numeric(12,2)",
-                "uuid", "date", "timestamptz", "timestamp", "text", "text", "int8[]", "jsonb",
-                "jsonb", "jsonb", "bytea"
+                "bool",
+                "int4",
+                "int8",
+                "float4",
+                "float8",
+                "text",
+                "bytea",
+                "numeric(12,2)",
+                "uuid",
+                "date",
+                "timestamptz",
+                "timestamp",
+                "text",
+                "text",
+                "int8[]",
+                "jsonb",
+                "jsonb",
+                "jsonb",
+                "bytea"
             ]
         );
         assert!(got[2].optional && !got[1].optional);

@@ -5,9 +5,9 @@
 //! the table be described again, so the mapping never believes in a column that rolled back.
 
 use super::{Fatal, Pipeline};
+use crate::batch::Batch;
 use crate::ddl::{CheckError, Evolver};
 use crate::mapping::{MapError, TopicMapper};
-use crate::batch::Batch;
 use crate::offsets::TopicPartition;
 use crate::record::RecordView;
 
@@ -39,12 +39,7 @@ impl Pipeline {
 
     /// Holds the record's schema against its table, changing the table (in the next batch)
     /// where the settings allow.
-    pub(super) fn evolve(
-        &mut self,
-        lane: usize,
-        route: usize,
-        record: &RecordView<'_>,
-    ) -> Evolved {
+    pub(super) fn evolve(&mut self, lane: usize, route: usize, record: &RecordView<'_>) -> Evolved {
         let Some(evolver) = self.evolver(route) else {
             return Evolved::Go;
         };
@@ -113,7 +108,13 @@ impl Pipeline {
             }
         };
         for step in &change.steps {
-            tracing::info!(topic = record.topic, partition = record.partition, offset = record.offset, statement = step.statement(), "schema change planned for the next batch");
+            tracing::info!(
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                statement = step.statement(),
+                "schema change planned for the next batch"
+            );
         }
         // Rows of the old shape, in any lane, commit without the change.
         self.seal_all();

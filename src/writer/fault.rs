@@ -33,7 +33,10 @@ pub(super) async fn pause_after_ddl() {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        tracing::info!(ms, "fault injected: pausing between the schema change and its rows");
+        tracing::info!(
+            ms,
+            "fault injected: pausing between the schema change and its rows"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
 }
