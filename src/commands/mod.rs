@@ -5,3 +5,4 @@ pub mod check;
 pub mod dead_letters;
 pub mod lag;
 pub mod offsets;
+mod plan;

@@ -18,7 +18,6 @@ use std::collections::HashSet;
 pub(crate) use apply::{apply, is_concurrent_change};
 pub use plan::Step;
 pub(crate) use plan::{missing_table, Change, MISSING_OID};
-pub(crate) use record::shape_of_schema;
 
 use crate::config::{Encoding, KeyFrom, RecordFormat, TopicSettings, WriteMode};
 use crate::registry::{RegisteredSchema, RegistryError};
@@ -71,6 +70,19 @@ pub(crate) fn settings_for<'a>(
     stub.time_units.clear();
     stub.delete_on_tombstone = false;
     Cow::Owned(stub)
+}
+
+/// For `check --plan`: the change registered schemas (the value's and, for a record key, the
+/// key's latest) would make to `table` now; an error is what would stop the sink.
+pub(crate) fn plan_for_schemas(
+    settings: &TopicSettings,
+    table: &Table,
+    value: &RegisteredSchema,
+    key: Option<&RegisteredSchema>,
+) -> Result<Option<Change>, String> {
+    let mut shape = record::shape_of_schema(value, settings.format == RecordFormat::Debezium)?;
+    shape.key = key.and_then(record::key_fields);
+    plan::plan(settings, table, &shape)
 }
 
 /// Why a record's schema did not lead to a change.

@@ -131,7 +131,7 @@ pub(crate) fn shape(
 
 /// The columns a registered value schema asks for (also `check --plan`'s, from the latest
 /// registered version).
-pub(crate) fn shape_of_schema(schema: &RegisteredSchema, debezium: bool) -> Result<Shape, String> {
+pub(super) fn shape_of_schema(schema: &RegisteredSchema, debezium: bool) -> Result<Shape, String> {
     if schema.kind != SchemaKind::Avro {
         return Err(format!(
             "schema is {:?}; auto_create and auto_evolve read Avro registry schemas",
@@ -153,7 +153,7 @@ pub(crate) fn shape_of_schema(schema: &RegisteredSchema, debezium: bool) -> Resu
 }
 
 /// A key schema's fields, when it is a record.
-fn key_fields(schema: &RegisteredSchema) -> Option<Vec<super::types::FieldColumn>> {
+pub(super) fn key_fields(schema: &RegisteredSchema) -> Option<Vec<super::types::FieldColumn>> {
     let root: Value = serde_json::from_str(&schema.text).ok()?;
     (schema.kind == SchemaKind::Avro && root["type"] == "record")
         .then(|| avro_fields(&root, &root).ok())

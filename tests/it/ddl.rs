@@ -507,3 +507,63 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
     assert_eq!(db.rows_as_text("products", PRODUCT_COLUMNS).await, expected);
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, 300).await;
 }
+
+/// `check --plan` prints the DDL the registry's latest schema would cause now, and changes
+/// nothing: the CREATE for a missing table, then (table made by hand, schema v2 registered) the
+/// ADD COLUMN; for Connect JSON it says a record decides.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_plan_prints_the_ddl_and_changes_nothing() {
+    use crate::helpers::sink::{run_cli, ConfigFile};
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(1).await;
+    let subject = format!("{}-value", topic.name);
+    register(&subject, SchemaKind::Avro, &avro_value_schema(false)).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "planned");
+    config.topic_settings =
+        "format = \"avro\"\nauto_create = true\nauto_evolve = \"add_columns\"".into();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--plan", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(r#"    CREATE TABLE IF NOT EXISTS "public"."planned" ("id" int8 NOT NULL, "name" text NOT NULL, "amount" numeric(12,2) NOT NULL, "at" timestamptz NOT NULL, "status" text NOT NULL, "kafka_partition" int4, "kafka_offset" int8);"#),
+        "{}",
+        out.stdout
+    );
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('planned') IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!exists, "check --plan created the table");
+
+    sqlx::query("CREATE TABLE planned (id bigint, name text, amount numeric(12,2), at timestamptz, status text, kafka_partition int, kafka_offset bigint)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let out = run_cli(&["check", "--plan", "--config", file.arg()]).await;
+    assert!(out.stdout.contains("no DDL"), "{}", out.stdout);
+    register(&subject, SchemaKind::Avro, &avro_value_schema(true)).await;
+    let out = run_cli(&["check", "--plan", "--config", file.arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(
+            r#"    ALTER TABLE "public"."planned" ADD COLUMN IF NOT EXISTS "email" text;"#
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!columns_of(&db, "planned")
+        .await
+        .iter()
+        .any(|c| c.0 == "email"));
+
+    config.topic_settings = "format = \"connect-json\"\nauto_create = true".into();
+    config.extra = String::new();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--plan", "--config", file.arg()]).await;
+    assert!(
+        out.stdout.contains("the DDL is decided by a record"),
+        "{}",
+        out.stdout
+    );
+}
