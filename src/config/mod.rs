@@ -201,7 +201,7 @@ impl Settings {
             if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
                 return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
             }
-            if let Some(reason) = crate::ddl::config_problem(topic) {
+            if let Some(reason) = topic::schema_change_problem(topic) {
                 return invalid(format!("topic {label}: {reason}"));
             }
             match (topic.format, &topic.raw_column) {

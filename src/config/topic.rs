@@ -276,3 +276,31 @@ fn default_schema() -> String {
 fn default_max_record_bytes() -> ByteSize {
     ByteSize::mib(16)
 }
+
+/// Why a topic's settings cannot use `auto_create`/`auto_evolve`, for the configuration check.
+pub(crate) fn schema_change_problem(topic: &TopicSettings) -> Option<String> {
+    if !topic.auto_create && topic.auto_evolve.is_none() {
+        return None;
+    }
+    let reads_schema = match topic.format {
+        RecordFormat::ConnectJson | RecordFormat::Avro => true,
+        RecordFormat::Debezium => matches!(topic.encoding, Encoding::Json | Encoding::Avro),
+        _ => false,
+    };
+    if matches!(topic.format, RecordFormat::Json | RecordFormat::Raw) {
+        return Some(format!(
+            "auto_create and auto_evolve take the columns from the records' schema, and format = \"{}\" records carry none: create the table yourself (CREATE TABLE ...) and remove auto_create/auto_evolve, or use a format with a schema (connect-json, avro, debezium)",
+            if topic.format == RecordFormat::Raw { "raw" } else { "json" }
+        ));
+    }
+    if !reads_schema {
+        return Some("auto_create and auto_evolve read Connect JSON, Avro and Debezium (JSON or Avro) schemas; for protobuf and json-schema topics create the table yourself".into());
+    }
+    if topic.auto_evolve.is_some() && !topic.map_by_name {
+        return Some(
+            "auto_evolve adds columns that take their field by name: it needs map_by_name = true"
+                .into(),
+        );
+    }
+    None
+}

@@ -13,42 +13,30 @@ mod record;
 mod types;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 pub(crate) use apply::{apply, is_concurrent_change};
 pub use plan::Step;
 pub(crate) use plan::{missing_table, Change, MISSING_OID};
 
-use crate::config::{Encoding, KeyFrom, RecordFormat, TopicSettings, WriteMode};
+use crate::config::{KeyFrom, RecordFormat, TopicSettings, WriteMode};
 use crate::registry::{RegisteredSchema, RegistryError};
-use crate::schema::Table;
+use crate::schema::{SchemaError, Table};
 
-/// Why a topic's settings cannot use `auto_create`/`auto_evolve`, for the configuration check.
-pub(crate) fn config_problem(topic: &TopicSettings) -> Option<String> {
-    if !topic.auto_create && topic.auto_evolve.is_none() {
-        return None;
+/// The topic's table from the catalog; a missing one, with `auto_create`, as a table still to
+/// be created (from the first record's schema, in that record's batch).
+pub(crate) async fn describe(
+    pool: &sqlx::PgPool,
+    settings: &TopicSettings,
+    name: &str,
+) -> Result<Table, SchemaError> {
+    match crate::schema::describe(pool, &settings.schema, name).await {
+        Err(SchemaError::Missing { .. }) if settings.auto_create => {
+            Ok(missing_table(settings, name))
+        }
+        described => described,
     }
-    let reads_schema = match topic.format {
-        RecordFormat::ConnectJson | RecordFormat::Avro => true,
-        RecordFormat::Debezium => matches!(topic.encoding, Encoding::Json | Encoding::Avro),
-        _ => false,
-    };
-    if matches!(topic.format, RecordFormat::Json | RecordFormat::Raw) {
-        return Some(format!(
-            "auto_create and auto_evolve take the columns from the records' schema, and format = \"{}\" records carry none: create the table yourself (CREATE TABLE ...) and remove auto_create/auto_evolve, or use a format with a schema (connect-json, avro, debezium)",
-            if topic.format == RecordFormat::Raw { "raw" } else { "json" }
-        ));
-    }
-    if !reads_schema {
-        return Some("auto_create and auto_evolve read Connect JSON, Avro and Debezium (JSON or Avro) schemas; for protobuf and json-schema topics create the table yourself".into());
-    }
-    if topic.auto_evolve.is_some() && !topic.map_by_name {
-        return Some(
-            "auto_evolve adds columns that take their field by name: it needs map_by_name = true"
-                .into(),
-        );
-    }
-    None
 }
 
 /// The settings a mapping of `table` is checked against: a table still to be created has no
@@ -97,18 +85,30 @@ pub(crate) enum CheckError {
     Unavailable(String),
 }
 
+/// What a record's schema asks.
+#[derive(Debug)]
+pub(crate) enum Checked {
+    /// The table fits; the row needs the pending steps up to this one (0: none).
+    Fits(u64),
+    /// The table must change first.
+    Change(Change),
+}
+
 /// One topic's schema changes: which record schemas the table already fits, and the changes
-/// planned but not yet known committed, which every batch of the topic carries until one of
-/// them commits.
+/// planned but not yet known committed. A batch carries the changes its rows need (a row needs
+/// the table, and the new columns whose fields it has) until a batch with them commits.
 #[derive(Debug)]
 pub(crate) struct Evolver {
     settings: TopicSettings,
-    /// Schema identities the current table fits (a Connect schema's hash, registry ids).
-    fits: HashSet<u64>,
+    /// Schema identities the current table fits (a Connect schema's hash, registry ids), with
+    /// the fields their rows have.
+    fits: HashMap<u64, Arc<[String]>>,
     /// The identity whose change was last planned, fitted once it is adopted.
-    planned: Option<u64>,
+    planned: Option<(u64, Arc<[String]>)>,
     pending: Vec<(u64, Step)>,
     next_seq: u64,
+    /// Per lane: the last pending step the open batch's rows need (0: none).
+    needs: Vec<u64>,
     /// Batches that carried steps, with the last step's sequence number.
     carried: Vec<(u64, u64)>,
     /// A batch with steps failed: the table must be described again.
@@ -120,10 +120,11 @@ impl Evolver {
     pub(crate) fn for_settings(settings: &TopicSettings) -> Option<Self> {
         (settings.auto_create || settings.auto_evolve.is_some()).then(|| Self {
             settings: settings.clone(),
-            fits: HashSet::new(),
+            fits: HashMap::new(),
             planned: None,
             pending: Vec::new(),
             next_seq: 0,
+            needs: Vec::new(),
             carried: Vec::new(),
             redescribe: false,
         })
@@ -133,15 +134,27 @@ impl Evolver {
         &self.settings
     }
 
-    /// What the record's schema needs of `table`: `None` when it fits (or the record brings no
-    /// schema to a table that exists: today's rules apply).
+    /// The last pending step a row with `fields` needs (`None` fields: unknown, so all). In
+    /// upsert mode every row needs them all: its batch's staging table is made from the table
+    /// as its transaction sees it, and must have the new columns.
+    fn need_of(&self, fields: Option<&[String]>) -> u64 {
+        let fields = fields.filter(|_| self.settings.write_mode() != WriteMode::Upsert);
+        self.pending
+            .iter()
+            .rev()
+            .find(|(_, step)| fields.is_none_or(|f| step.needed_by(f)))
+            .map_or(0, |(seq, _)| *seq)
+    }
+
+    /// What the record's schema needs of `table`: a change to plan, or that it fits, with the
+    /// pending steps its row needs (`note_need` once it is in a batch).
     pub(crate) fn check(
         &mut self,
         table: &Table,
         value: Option<&[u8]>,
         key: Option<&[u8]>,
         fetch: &mut dyn FnMut(u32) -> Result<RegisteredSchema, RegistryError>,
-    ) -> Result<Option<Change>, CheckError> {
+    ) -> Result<Checked, CheckError> {
         let missing = table.oid == MISSING_OID;
         let Some(found) = record::identify(&self.settings, value, key) else {
             return if missing {
@@ -149,43 +162,69 @@ impl Evolver {
                     "table {table} does not exist and this record has no schema to create it from (auto_create needs one); create the table yourself"
                 )))
             } else {
-                Ok(None)
+                Ok(Checked::Fits(self.need_of(None)))
             };
         };
-        if self.fits.contains(&found.identity) {
-            return Ok(None);
+        if let Some(fields) = self.fits.get(&found.identity) {
+            return Ok(Checked::Fits(self.need_of(Some(fields))));
         }
         let shape = record::shape(&self.settings, &found, fetch)?;
+        let fields: Arc<[String]> = shape.value.iter().map(|f| f.name.clone()).collect();
         match plan::plan(&self.settings, table, &shape).map_err(CheckError::Fatal)? {
             None => {
-                self.fits.insert(found.identity);
-                Ok(None)
+                let need = self.need_of(Some(&fields));
+                self.fits.insert(found.identity, fields);
+                Ok(Checked::Fits(need))
             }
             Some(change) => {
-                self.planned = Some(found.identity);
-                Ok(Some(change))
+                self.planned = Some((found.identity, fields));
+                Ok(Checked::Change(change))
             }
         }
     }
 
-    /// The change is the topic's now: its steps ride on every batch until one commits, and the
-    /// schemas fitted before are checked again against the new table.
-    pub(crate) fn adopt(&mut self, change: &Change) {
+    /// The change is the topic's now: its steps are pending until a batch with them commits,
+    /// and the schemas fitted before are checked again against the new table. Returns what the
+    /// record that planned it needs.
+    pub(crate) fn adopt(&mut self, change: &Change) -> u64 {
         for step in &change.steps {
             self.next_seq += 1;
             self.pending.push((self.next_seq, step.clone()));
         }
         self.fits.clear();
-        self.fits.extend(self.planned.take());
+        let Some((identity, fields)) = self.planned.take() else {
+            return self.need_of(None);
+        };
+        let need = self.need_of(Some(&fields));
+        self.fits.insert(identity, fields);
+        need
     }
 
-    /// The steps batch `batch` must run before its rows; noted, so its outcome settles them.
-    pub(crate) fn steps_for(&mut self, batch: u64) -> Vec<Step> {
-        let Some(&(last, _)) = self.pending.last() else {
-            return Vec::new();
-        };
-        self.carried.push((batch, last));
-        self.pending.iter().map(|(_, s)| s.clone()).collect()
+    /// A record is in lane `lane`'s open batch and needs the pending steps up to `need`.
+    pub(crate) fn note_need(&mut self, lane: usize, need: u64) {
+        if need == 0 {
+            return;
+        }
+        if self.needs.len() <= lane {
+            self.needs.resize(lane + 1, 0);
+        }
+        self.needs[lane] = self.needs[lane].max(need);
+    }
+
+    /// The steps batch `batch`, sealed from lane `lane`, must run before its rows; noted, so
+    /// its outcome settles them.
+    pub(crate) fn steps_for(&mut self, lane: usize, batch: u64) -> Vec<Step> {
+        let need = self.needs.get_mut(lane).map_or(0, std::mem::take);
+        let steps: Vec<Step> = self
+            .pending
+            .iter()
+            .filter(|(seq, _)| *seq <= need)
+            .map(|(_, s)| s.clone())
+            .collect();
+        if !steps.is_empty() {
+            self.carried.push((batch, need));
+        }
+        steps
     }
 
     /// A batch's outcome: committed, its steps are done; failed, nothing of them stayed and the
@@ -212,6 +251,7 @@ impl Evolver {
     pub(crate) fn redescribed(&mut self) {
         self.redescribe = false;
         self.pending.clear();
+        self.needs.clear();
         self.fits.clear();
         self.planned = None;
     }

@@ -43,6 +43,15 @@ impl Step {
     pub fn statement(&self) -> &str {
         &self.statement
     }
+
+    /// Whether a row with these fields needs this step: every row needs its table; a row
+    /// needs a column only if it has the field.
+    pub(crate) fn needed_by(&self, fields: &[String]) -> bool {
+        match &self.guard {
+            Guard::TableMissing { .. } => true,
+            Guard::ColumnMissing { column, .. } => fields.contains(column),
+        }
+    }
 }
 
 /// What a record's schema needs, as the plan's input: the row's fields and, where the key has
@@ -61,10 +70,10 @@ pub(crate) struct Change {
 }
 
 /// A table described as missing, for a topic whose table `auto_create` will make.
-pub(crate) fn missing_table(schema: &str, name: &str) -> Table {
+pub(crate) fn missing_table(settings: &TopicSettings, name: &str) -> Table {
     Table {
         oid: MISSING_OID,
-        schema: schema.to_string(),
+        schema: settings.schema.clone(),
         name: name.to_string(),
         columns: Vec::new(),
         skipped: Vec::new(),
@@ -278,12 +287,14 @@ fn add_columns(
                         column: f.name.clone(),
                     },
                 });
+                // Left out of a row it is NULL, as a default would be: rows without the
+                // field then name no new column, and their batch needs no change.
                 columns.push(Column {
                     name: f.name.clone(),
                     ty: f.ty,
                     sql_type: f.sql.clone(),
                     not_null: false,
-                    has_default: false,
+                    has_default: true,
                 });
             }
         }
@@ -373,7 +384,7 @@ mod tests {
     #[test]
     fn a_missing_table_is_created_with_its_key() {
         let s = settings("mode = \"upsert\"\nkey = [\"id\"]\nauto_create = true\n[metadata]\noffset = \"kafka offset\"");
-        let change = plan(&s, &missing_table("public", "Or\"ders"), &orders_shape())
+        let change = plan(&s, &missing_table(&s, "Or\"ders"), &orders_shape())
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -389,7 +400,7 @@ mod tests {
     #[test]
     fn upsert_without_a_key_is_refused() {
         let s = settings("mode = \"upsert\"\nauto_create = true");
-        let err = plan(&s, &missing_table("public", "t"), &orders_shape()).unwrap_err();
+        let err = plan(&s, &missing_table(&s, "t"), &orders_shape()).unwrap_err();
         assert!(err.contains("key = [...]"), "{err}");
     }
 
@@ -406,7 +417,7 @@ mod tests {
                     has_default: false,
                 })
                 .collect(),
-            ..missing_table("public", "t")
+            ..missing_table(&settings(""), "t")
         }
     }
 

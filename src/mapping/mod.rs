@@ -177,13 +177,9 @@ impl TopicMapper {
         topic: &str,
     ) -> anyhow::Result<Self> {
         let name = crate::routing::table_name(settings, topic);
-        let table = match crate::schema::describe(pool, &settings.schema, &name).await {
-            // Created from the first record's schema, in that record's batch (`crate::ddl`).
-            Err(crate::schema::SchemaError::Missing { .. }) if settings.auto_create => {
-                crate::ddl::missing_table(&settings.schema, &name)
-            }
-            described => described.with_context(|| format!("topic {topic:?}"))?,
-        };
+        let table = crate::ddl::describe(pool, settings, &name)
+            .await
+            .with_context(|| format!("topic {topic:?}"))?;
         let settings = crate::ddl::settings_for(settings, &table);
         Ok(Self::new(&settings, Arc::new(table))?)
     }

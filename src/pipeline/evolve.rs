@@ -6,15 +6,15 @@
 
 use super::{Fatal, Pipeline};
 use crate::batch::Batch;
-use crate::ddl::{CheckError, Evolver};
+use crate::ddl::{CheckError, Checked, Evolver};
 use crate::mapping::{MapError, TopicMapper};
 use crate::offsets::TopicPartition;
 use crate::record::RecordView;
 
 /// What the record may do next.
 pub(super) enum Evolved {
-    /// Encode it.
-    Go,
+    /// Encode it; its row needs the topic's pending schema changes up to this one (0: none).
+    Go(u64),
     /// It cannot be mapped: a dead letter or a stop, by `on_error`.
     Invalid(MapError),
     /// Not now: the sink stops, or the lane rewinds and reads it again.
@@ -41,7 +41,7 @@ impl Pipeline {
     /// where the settings allow.
     pub(super) fn evolve(&mut self, lane: usize, route: usize, record: &RecordView<'_>) -> Evolved {
         let Some(evolver) = self.evolver(route) else {
-            return Evolved::Go;
+            return Evolved::Go(0);
         };
         if evolver.needs_redescribe() {
             let settings = evolver.settings().clone();
@@ -65,20 +65,20 @@ impl Pipeline {
         let table = self.routes[route].mapper.table().clone();
         let schemas = &self.schemas;
         let Some(evolver) = self.evolvers[route].as_mut().and_then(Option::as_mut) else {
-            return Evolved::Go;
+            return Evolved::Go(0);
         };
         let checked = evolver.check(&table, record.value, record.key, &mut |id| {
             schemas.fetch(id).map(|s| (*s).clone())
         });
         let settings = evolver.settings().clone();
         let change = match checked {
-            Ok(None) if table.oid == crate::ddl::MISSING_OID => {
+            Ok(Checked::Fits(_)) if table.oid == crate::ddl::MISSING_OID => {
                 return Evolved::Invalid(MapError::Schema(format!(
                     "table {table} does not exist and this record gives no schema to create it from; create the table yourself"
                 )))
             }
-            Ok(None) => return Evolved::Go,
-            Ok(Some(change)) => change,
+            Ok(Checked::Fits(need)) => return Evolved::Go(need),
+            Ok(Checked::Change(change)) => change,
             Err(CheckError::Record(why)) => return Evolved::Invalid(MapError::Schema(why)),
             Err(CheckError::Fatal(why)) => {
                 let tp = TopicPartition::new(self.routes[route].topic.clone(), record.partition);
@@ -119,11 +119,9 @@ impl Pipeline {
         // Rows of the old shape, in any lane, commit without the change.
         self.seal_all();
         self.routes[route].mapper = mapper;
-        if let Some(ev) = self.evolver(route) {
-            ev.adopt(&change);
-        }
+        let need = self.evolver(route).map_or(0, |ev| ev.adopt(&change));
         if self.table.is_active((route, record.partition)) {
-            Evolved::Go
+            Evolved::Go(need)
         } else {
             Evolved::Stop
         }
@@ -136,14 +134,23 @@ impl Pipeline {
         }
     }
 
-    /// Gives each write of a sealed batch the steps its topic's rows still need.
-    pub(super) fn attach_ddl(&mut self, batch: &mut Batch) {
+    /// A record of `route` is in `lane`'s open batch and needs the pending steps up to `need`.
+    pub(super) fn note_ddl_need(&mut self, route: usize, lane: usize, need: u64) {
+        if need > 0 {
+            if let Some(Some(Some(ev))) = self.evolvers.get_mut(route) {
+                ev.note_need(lane, need);
+            }
+        }
+    }
+
+    /// Gives each write of a batch sealed from `lane` the steps its rows still need.
+    pub(super) fn attach_ddl(&mut self, lane: usize, batch: &mut Batch) {
         for write in &mut batch.writes {
             let Some(&route) = self.route_index.get(&write.topic) else {
                 continue;
             };
             if let Some(Some(Some(ev))) = self.evolvers.get_mut(route) {
-                write.ddl = ev.steps_for(batch.id);
+                write.ddl = ev.steps_for(lane, batch.id);
             }
         }
     }

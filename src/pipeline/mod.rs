@@ -235,9 +235,9 @@ impl Pipeline {
         };
         self.unreported += 1;
         self.routes[route].consumed += 1;
-        let mut encoded = match self.evolve(lane, route, record) {
-            evolve::Evolved::Go => self.encode_into(lane, route, record),
-            evolve::Evolved::Invalid(e) => Err(EncodeError::Invalid(e)),
+        let (mut encoded, ddl_need) = match self.evolve(lane, route, record) {
+            evolve::Evolved::Go(need) => (self.encode_into(lane, route, record), need),
+            evolve::Evolved::Invalid(e) => (Err(EncodeError::Invalid(e)), 0),
             evolve::Evolved::Stop => return,
         };
         // A value and its key may each bring a schema id not seen yet.
@@ -286,6 +286,7 @@ impl Pipeline {
         if self.table.took(key, record.offset) {
             self.lanes.join(lane, key);
         }
+        self.note_ddl_need(route, lane, ddl_need);
         let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
         if self.lanes.added(lane, bytes) {
             self.seal_and_send(lane);
@@ -378,7 +379,7 @@ impl Pipeline {
         let advances = self.table.seal(&members);
         self.next_batch_id += 1;
         let mut batch = self.lanes.open_mut(lane).seal(self.next_batch_id, advances);
-        self.attach_ddl(&mut batch);
+        self.attach_ddl(lane, &mut batch);
         while !self.lanes.has_room(lane) {
             if !self.wait_for_result() {
                 return;
