@@ -173,6 +173,13 @@ pub async fn replay(
                 tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
             }
             let m = TopicMapper::load(&pool, settings, &d.topic).await?;
+            // A replay never creates a table: only the sink does, with a batch's rows.
+            anyhow::ensure!(
+                m.table().oid != crate::ddl::MISSING_OID,
+                "topic {:?}: table {} does not exist yet (auto_create makes it with the first batch the sink writes)",
+                d.topic,
+                m.table()
+            );
             mappers.insert(d.topic.clone(), m);
         }
         let mapper = mappers

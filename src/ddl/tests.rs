@@ -157,3 +157,25 @@ fn schemaless_record_for_a_missing_table_is_refused() {
         "{err:?}"
     );
 }
+
+/// Debezium's Avro envelope: the columns are the `after` record's, found through a union with
+/// null and a named reference to the `before` record's type.
+#[test]
+fn a_debezium_avro_envelope_gives_the_after_records_columns() {
+    let envelope = RegisteredSchema {
+        kind: crate::registry::SchemaKind::Avro,
+        text: r#"{"type":"record","name":"Envelope","namespace":"db.public.t","fields":[
+            {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+                {"name":"id","type":"int"},{"name":"name","type":["null","string"]}]}]},
+            {"name":"after","type":["null","Value"]},
+            {"name":"op","type":"string"}]}"#
+            .into(),
+    };
+    let shape = record::shape_of_schema(&envelope, true).unwrap();
+    let cols: Vec<(&str, &str, bool)> = shape
+        .value
+        .iter()
+        .map(|f| (f.name.as_str(), f.sql.as_str(), f.optional))
+        .collect();
+    assert_eq!(cols, [("id", "int4", false), ("name", "text", true)]);
+}

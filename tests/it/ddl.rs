@@ -591,3 +591,70 @@ async fn two_replicas_creating_and_evolving_one_table_lose_nothing() {
     assert_eq!(db.rows_as_text("products", PRODUCT_COLUMNS).await, expected);
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, 400).await;
 }
+
+/// A Debezium change event (Connect JSON with its schema) for `customers`, keyed by id.
+fn debezium_event(op: &str, before: Option<(i32, &str)>, after: Option<(i32, &str)>) -> RawRecord {
+    let row = |r: Option<(i32, &str)>| match r {
+        Some((id, name)) => format!(r#"{{"id":{id},"name":"{name}","since":19675}}"#),
+        None => "null".into(),
+    };
+    let fields = r#""fields":[{"field":"id","type":"int32"},{"field":"name","type":"string"},{"field":"since","type":"int32","optional":true,"name":"io.debezium.time.Date"}]"#;
+    let schema = format!(
+        r#"{{"type":"struct","fields":[{{"field":"before","type":"struct","optional":true,{fields}}},{{"field":"after","type":"struct","optional":true,{fields}}},{{"field":"op","type":"string"}}]}}"#
+    );
+    let id = after.or(before).map(|(id, _)| id).unwrap();
+    RawRecord {
+        partition: id % 2,
+        key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
+        value: Some(
+            format!(
+                r#"{{"schema":{schema},"payload":{{"before":{},"after":{},"op":"{op}","ts_ms":1700000000000}}}}"#,
+                row(before),
+                row(after)
+            )
+            .into_bytes(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Debezium's `after` schema creates the table, with `key` as its primary key; the changes
+/// (snapshot, create, update, delete) then leave the source's state.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_after_schema_creates_the_table_and_changes_apply() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(2).await;
+    let records = vec![
+        debezium_event("r", None, Some((4, "snap"))),
+        debezium_event("c", None, Some((1, "ann"))),
+        debezium_event("c", None, Some((2, "bob"))),
+        debezium_event("u", Some((2, "bob")), Some((2, "bobby"))),
+        debezium_event("d", Some((1, "ann")), None),
+        debezium_event("c", None, Some((3, "cy"))),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
+    config.topic_settings = "format = \"debezium\"\nkey = [\"id\"]\nauto_create = true".into();
+    config.metadata = String::new();
+    config.max_records = 2;
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    let s = |v: &str| v.to_string();
+    assert_eq!(
+        columns_of(&db, "customers").await,
+        vec![
+            (s("id"), s("integer"), true),
+            (s("name"), s("text"), true),
+            (s("since"), s("date"), false),
+        ]
+    );
+    assert_eq!(
+        db.rows_as_text("customers", &["id", "name", "since"]).await,
+        vec![
+            vec![Some(s("2")), Some(s("bobby")), Some(s("2023-11-14"))],
+            vec![Some(s("3")), Some(s("cy")), Some(s("2023-11-14"))],
+            vec![Some(s("4")), Some(s("snap")), Some(s("2023-11-14"))],
+        ]
+    );
+}
