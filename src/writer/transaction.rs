@@ -98,6 +98,10 @@ async fn find_refused(
     batch: &Batch,
 ) -> Result<Option<Refused>, sqlx::Error> {
     let mut tx = conn.begin().await?;
+    // The rows need the batch's schema changes here too (rolled back with the search).
+    for write in &batch.writes {
+        crate::ddl::apply(&mut tx, &write.ddl).await?;
+    }
     let mut dead = Vec::new();
     let mut found = None;
     for write in &batch.writes {

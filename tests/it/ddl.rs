@@ -658,3 +658,48 @@ async fn debezium_after_schema_creates_the_table_and_changes_apply() {
         ]
     );
 }
+
+/// A row PostgreSQL refuses in the batch that creates the table: the batch commits without it
+/// (the table with the rows before it) and the sink stops at that record, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(1).await;
+    // numeric(10,2) holds at most 99,999,999.99: 10^12 cents is refused by PostgreSQL.
+    let huge = connect_product(1, false).replace(
+        &base64::engine::general_purpose::STANDARD.encode(&107i64.to_be_bytes()[4..]),
+        &base64::engine::general_purpose::STANDARD.encode(1_000_000_000_000i64.to_be_bytes()),
+    );
+    assert_ne!(huge, connect_product(1, false), "the price was replaced");
+    let records = vec![
+        RawRecord::json(0, &connect_product(0, false)),
+        RawRecord::json(0, &huge),
+        RawRecord::json(0, &connect_product(2, false)),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.topic_settings = "format = \"connect-json\"\nauto_create = true".into();
+    let mut sink = Sink::start(&config, "sink");
+    let status = sink
+        .wait_timeout(Duration::from_secs(60))
+        .expect("the sink stops at the refused record");
+    assert!(!status.success());
+    assert!(
+        sink.logs().contains("numeric field overflow"),
+        "{}",
+        sink.logs_tail(20)
+    );
+    let mut expected = expected_product(0, false, 0);
+    expected.remove(7); // no email column: schema v1 only
+    let columns: Vec<&str> = PRODUCT_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| *c != "email")
+        .collect();
+    assert_eq!(db.rows_as_text("products", &columns).await, vec![expected]);
+    assert_eq!(
+        db.stored_offsets(&config.group, &topic.name).await,
+        vec![(0, Some(1))],
+        "the position rests on the refused record"
+    );
+}
