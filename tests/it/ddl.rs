@@ -703,3 +703,115 @@ async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
         "the position rests on the refused record"
     );
 }
+
+/// After any kill: a table exists only with rows, the column only with a row that carries it,
+/// rows and positions in step, no duplicate.
+async fn assert_consistent_after_kill(db: &TestDb, group: &str, topic: &str, round: usize) {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    if !exists {
+        assert!(
+            db.stored_offsets(group, topic)
+                .await
+                .iter()
+                .all(|(_, o)| o.is_none()),
+            "round {round}: positions moved without the table"
+        );
+        return;
+    }
+    assert!(
+        db.count("products").await > 0,
+        "round {round}: a table without rows"
+    );
+    if columns_of(db, "products")
+        .await
+        .iter()
+        .any(|c| c.0 == "email")
+    {
+        let carried: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM products WHERE email IS NOT NULL")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert!(
+            carried > 0,
+            "round {round}: the column without a row that carries it"
+        );
+    }
+    assert_rows_match_offsets(db, "products", group, topic).await;
+    let (dups, _) = db.duplicates_and_distinct("products").await;
+    assert!(dups.is_empty(), "round {round}: duplicates {dups:?}");
+}
+
+/// `kill -9` at random moments while a table is created and then gains a column: whatever the
+/// moment, nothing of a schema change outlives its batch, and in the end every record is
+/// there exactly once with every column as produced.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_around_schema_changes_loses_nothing() {
+    use rand::Rng as _;
+    const N: i64 = 40_000;
+    let db = TestDb::migrated().await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(2).await;
+    produce_raw(&producer(), &topic.name, &connect_products(N, N / 2)).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.max_records = 200;
+    config.max_wait_ms = 50;
+    config.topic_settings =
+        "format = \"connect-json\"\nauto_create = true\nauto_evolve = \"add_columns\"".into();
+    let mut rng = rand::rng();
+    let mut mid_drain = 0;
+    for round in 0..8 {
+        let mut sink = Sink::start(&config, &format!("round-{round}"));
+        if round == 0 {
+            // Around the first batch, which creates the table.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        } else {
+            // Around the middle of the stream, where the column is added, and anywhere.
+            let target = if round % 2 == 1 {
+                N / 2 + rng.random_range(-2000..2000)
+            } else {
+                rng.random_range(0..N)
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
+                if (exists && db.count("products").await >= target)
+                    || std::time::Instant::now() > deadline
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..50))).await;
+        }
+        sink.kill9();
+        assert_consistent_after_kill(&db, &config.group, &topic.name, round).await;
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if !exists || db.count("products").await < N {
+            mid_drain += 1;
+        }
+    }
+    assert!(
+        mid_drain >= 4,
+        "only {mid_drain} kills landed mid-drain: the test proved little"
+    );
+    let mut last = Sink::start(&config, "final");
+    // The last kill may have come after the drain: the SIGTERM must not beat its handler.
+    wait_assigned(&last).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    assert!(last.stop().success());
+    let expected: Vec<_> = (0..N)
+        .map(|id| expected_product(id, id >= N / 2, id / 2))
+        .collect();
+    assert_eq!(db.rows_as_text("products", PRODUCT_COLUMNS).await, expected);
+    assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, N).await;
+}
