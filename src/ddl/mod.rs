@@ -130,6 +130,7 @@ impl Evolver {
         })
     }
 
+    /// The topic's settings, to rebuild its mapping after a change or a new description.
     pub(crate) fn settings(&self) -> &TopicSettings {
         &self.settings
     }

@@ -16,6 +16,7 @@ pub(crate) const MISSING_OID: u32 = 0;
 /// from the top of the range, counting down (far from the OIDs PostgreSQL hands out).
 static NEXT_PLANNED_OID: AtomicU32 = AtomicU32::new(u32::MAX);
 
+/// The next planned table's OID (see `NEXT_PLANNED_OID`).
 fn planned_oid() -> u32 {
     NEXT_PLANNED_OID.fetch_sub(1, Ordering::Relaxed)
 }
@@ -318,6 +319,7 @@ fn covers(col: &Column, field: &FieldColumn) -> bool {
     covers_type(col.ty, field.ty) && covers_numeric(&col.sql_type, &field.sql)
 }
 
+/// The type part of `covers`: a lossless widening lattice, and text/JSON for anything.
 fn covers_type(col: ColumnType, field: ColumnType) -> bool {
     use ColumnType as T;
     if col == field {

@@ -14,18 +14,19 @@ use super::CheckError;
 use crate::config::{Encoding, RecordFormat, TopicSettings};
 use crate::registry::{RegisteredSchema, RegistryError, SchemaKind};
 
-/// Where a record's schema is.
+/// Where a record's schema is, borrowed from the record: a schema seen before costs no copy.
 #[derive(Debug, Clone)]
-pub(crate) struct Found {
+pub(crate) struct Found<'a> {
     /// The same for the same schema (and key schema).
     pub(crate) identity: u64,
-    what: Where,
+    what: Where<'a>,
 }
 
+/// The schema's text or its registry ids.
 #[derive(Debug, Clone)]
-enum Where {
+enum Where<'a> {
     /// The Connect envelope's `schema`, as text.
-    Connect(String),
+    Connect(&'a str),
     /// Registry ids of the value and, for Avro keys, the key.
     Registry { value: u32, key: Option<u32> },
 }
@@ -53,11 +54,11 @@ fn avro_values(settings: &TopicSettings) -> bool {
 
 /// The record's schema, if it names or carries one (a tombstone, schemaless Connect JSON or a
 /// value the mapping will refuse anyway have none).
-pub(crate) fn identify(
+pub(crate) fn identify<'a>(
     settings: &TopicSettings,
-    value: Option<&[u8]>,
+    value: Option<&'a [u8]>,
     key: Option<&[u8]>,
-) -> Option<Found> {
+) -> Option<Found<'a>> {
     let value = value?;
     if avro_values(settings) {
         let value_id = wire_id(value)?;
@@ -83,7 +84,7 @@ pub(crate) fn identify(
     schema.hash(&mut hasher);
     Some(Found {
         identity: hasher.finish(),
-        what: Where::Connect(schema.to_string()),
+        what: Where::Connect(schema),
     })
 }
 
@@ -91,7 +92,7 @@ pub(crate) fn identify(
 /// caches them).
 pub(crate) fn shape(
     settings: &TopicSettings,
-    found: &Found,
+    found: &Found<'_>,
     fetch: &mut dyn FnMut(u32) -> Result<RegisteredSchema, RegistryError>,
 ) -> Result<Shape, CheckError> {
     let debezium = settings.format == RecordFormat::Debezium;

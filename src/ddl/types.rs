@@ -20,14 +20,13 @@ pub(crate) struct FieldColumn {
 /// A type and its spelling; `numeric` with a precision is the only spelling with parameters.
 type Created = (ColumnType, String);
 
-/// Scalars by name: how an array's element type is found, with the element OID the binary
-/// array format needs.
+/// A scalar type and its spelling.
 fn scalar(ty: &'static ColumnType, sql: &str) -> Created {
     (*ty, sql.to_string())
 }
 
-/// `T[]` of a scalar; other element types (records, maps, nested arrays) make the array
-/// `jsonb`, which keeps any shape.
+/// `T[]` of a scalar, with the element OID the binary array format names; other element types
+/// (records, maps, nested arrays) make the array `jsonb`, which keeps any shape.
 fn array_of((ty, sql): Created) -> Created {
     let element: (&'static ColumnType, u32) = match ty {
         ColumnType::Text => (&ColumnType::Text, 25),

@@ -815,3 +815,34 @@ async fn kill_9_at_random_moments_around_schema_changes_loses_nothing() {
     assert_eq!(db.rows_as_text("products", PRODUCT_COLUMNS).await, expected);
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, N).await;
 }
+
+/// `auto_create` without `auto_evolve`: the table is made from the first schema, and a later
+/// schema's new field is ignored as a record's unknown field always was.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_auto_evolve_a_new_field_is_ignored() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(2).await;
+    produce_raw(&producer(), &topic.name, &connect_products(100, 50)).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "products");
+    config.topic_settings = "format = \"connect-json\"\nauto_create = true".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    assert!(!columns_of(&db, "products")
+        .await
+        .iter()
+        .any(|c| c.0 == "email"));
+    let columns: Vec<&str> = PRODUCT_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| *c != "email")
+        .collect();
+    let expected: Vec<_> = (0..100)
+        .map(|id| {
+            let mut row = expected_product(id, false, id / 2);
+            row.remove(7);
+            row
+        })
+        .collect();
+    assert_eq!(db.rows_as_text("products", &columns).await, expected);
+}
