@@ -6,6 +6,11 @@
 # `key|json` are piped into kafka-console-producer.sh. The key is the order id, so all
 # records of one id land in the same partition.
 #
+# Usage: demo-producer.sh [PRODUCER COMMAND...]
+#   With a command, the lines go to it instead of kafka-console-producer.sh (scripts/demo.sh
+#   passes the same console producer run from the jars scripts/dev-services.sh fetched); it
+#   gets the same --bootstrap-server, --topic and key-parsing arguments.
+#
 # Environment:
 #   DEMO_RATE               records per second (default 100)
 #   DEMO_BOOTSTRAP_SERVERS  Kafka to write to (default kafka:9092)
@@ -15,7 +20,11 @@ set -euo pipefail
 rate=${DEMO_RATE:-100}
 bootstrap=${DEMO_BOOTSTRAP_SERVERS:-kafka:9092}
 topic=${DEMO_TOPIC:-orders}
-producer=${KAFKA_HOME:-/opt/kafka}/bin/kafka-console-producer.sh
+if (($# > 0)); then
+    producer=("$@")
+else
+    producer=("${KAFKA_HOME:-/opt/kafka}/bin/kafka-console-producer.sh")
+fi
 
 if [[ ! $rate =~ ^[1-9][0-9]*$ ]]; then
     echo "demo-producer: DEMO_RATE must be a positive integer, not '$rate'" >&2
@@ -85,7 +94,7 @@ echo "demo-producer: $rate records/s to topic $topic at $bootstrap (ids o-$run_i
 
 # exec: the producer's JVM becomes the container's main process, so `docker compose stop`
 # reaches it directly and it flushes before exiting; the generator then dies of SIGPIPE.
-exec "$producer" \
+exec "${producer[@]}" \
     --bootstrap-server "$bootstrap" \
     --topic "$topic" \
     --property parse.key=true \

@@ -13,6 +13,9 @@
 #     first build takes about 4 minutes, later ones reuse the cached app), in-memory storage
 #     (empty at every start: schemas and their ids do not survive a stop), Confluent API
 #     under http://127.0.0.1:18081/apis/ccompat/v7 (`env` prints SCHEMA_REGISTRY_URL).
+#   - `up` also installs Debian's prometheus package (prometheus, promtool) when missing,
+#     for the alert tests (it starts no Prometheus), and scripts/ops-tools.sh's helm and
+#     kubernetes-validate for deploy/check.sh.
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
 #   up [kafka|postgres|registry]
@@ -895,6 +898,20 @@ pg_stop() {
 
 # ---------------------------------------------------------------- commands
 
+# Prometheus and promtool (Debian's prometheus package) for the alerts:: tests and
+# deploy/check.sh; nothing is started, the tests run their own server.
+prometheus_install() {
+    command -v prometheus >/dev/null && command -v promtool >/dev/null && return 0
+    with_setup_lock apt_install prometheus
+}
+
+# helm and kubernetes-validate for deploy/check.sh (the deploy:: tests), cached under
+# ~/.cache; building helm takes minutes once. Not fatal: without them only deploy:: fails,
+# saying how to get them.
+ops_tools_install() {
+    "$SCRIPT_DIR/ops-tools.sh" || log "WARNING: scripts/ops-tools.sh failed: the deploy:: tests will fail"
+}
+
 cmd_up() {
     case ${1:-} in
     kafka) kafka_start ;;
@@ -904,9 +921,11 @@ cmd_up() {
         # Launch both JVMs first so they boot while PostgreSQL starts.
         kafka_launch
         registry_launch
+        prometheus_install
         pg_start
         kafka_wait_ready
         registry_wait_ready
+        ops_tools_install
         ;;
     *) usage ;;
     esac

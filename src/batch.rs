@@ -8,13 +8,11 @@ use std::time::Instant;
 
 use crate::dead_letter::DeadLetter;
 use crate::mapping::{Rows, TableRows, TopicMapper};
+use crate::merge::{Merge, MASK, ORDINAL};
 use crate::offsets::OffsetAdvance;
 use crate::pgcopy::CopyData;
 use crate::record::OwnedRecord;
 use crate::schema::{quote_ident, Table};
-
-/// The ordinal column of staging tables: a record's position in its batch.
-const ORDINAL: &str = "__kps_ord";
 
 /// What one table receives in a transaction.
 pub struct TableWrite {
@@ -258,17 +256,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     let staging = Staging::of(&table);
     let key_names = names(&keys);
     let mut copies = Vec::new();
-    let mut statements = Vec::new();
-    let upsert_columns = rows
-        .shapes
-        .iter()
-        .find(|r| !r.buffer.is_empty())
-        .map(|r| r.columns.clone());
     let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.buffer.is_empty());
     for r in rows.shapes {
         if !r.buffer.is_empty() {
             let mut cols = names(&r.columns);
             cols.push(quote_ident(ORDINAL));
+            cols.push(quote_ident(MASK));
             copies.push(staged(copy_statement(&staging.upserts, &cols), r));
         }
     }
@@ -280,61 +273,15 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     if copies.is_empty() {
         return None;
     }
-    let key_match = |a: &str, b: &str| {
-        key_names
-            .iter()
-            .map(|k| format!("{a}.{k} = {b}.{k}"))
-            .collect::<Vec<_>>()
-            .join(" AND ")
-    };
-    let ord = quote_ident(ORDINAL);
-    let keys_list = key_names.join(", ");
-    if has_deletes {
-        // Every key deleted anywhere in the batch loses its row first. A record after the
-        // delete then inserts a fresh row (merged below): a partial record must not inherit
-        // the deleted row's other columns, so the row cannot merely be updated.
-        statements.push(format!(
-            "DELETE FROM {target} t USING (SELECT DISTINCT {keys_list} FROM {del}) d WHERE {t_d}",
-            target = table.qualified(),
-            del = staging.deletes,
-            t_d = key_match("t", "d"),
-        ));
+    let mut statements = Merge {
+        table: &table,
+        keys: &keys,
+        upserts: &staging.upserts,
+        deletes: &staging.deletes,
+        presence: &rows.presence,
+        has_deletes,
     }
-    if let Some(columns) = upsert_columns {
-        let cols = names(&columns);
-        let updates: Vec<String> = columns
-            .iter()
-            .filter(|c| !keys.contains(c))
-            .map(|&c| {
-                format!(
-                    "{0} = EXCLUDED.{0}",
-                    quote_ident(&table.columns[c as usize].name)
-                )
-            })
-            .collect();
-        let action = if updates.is_empty() {
-            "DO NOTHING".to_string()
-        } else {
-            format!("DO UPDATE SET {}", updates.join(", "))
-        };
-        let superseded = if has_deletes {
-            format!(
-                " WHERE NOT EXISTS (SELECT 1 FROM {del} d WHERE {s_d} AND d.{ord} > s.{ord})",
-                del = staging.deletes,
-                s_d = key_match("s", "d"),
-            )
-        } else {
-            String::new()
-        };
-        statements.push(format!(
-            "INSERT INTO {target} ({cols}) SELECT {cols} FROM \
-             (SELECT DISTINCT ON ({keys_list}) * FROM {ups} ORDER BY {keys_list}, {ord} DESC) s{superseded} \
-             ON CONFLICT ({keys_list}) {action}",
-            target = table.qualified(),
-            cols = cols.join(", "),
-            ups = staging.upserts,
-        ));
-    }
+    .statements();
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
@@ -356,18 +303,26 @@ struct Staging {
 }
 
 impl Staging {
-    /// Named by the table's oid: short and unique whatever the schema and table names, and
-    /// shared by every topic that writes the table.
+    /// Named by the table's oid and its shape: short and unique whatever the schema and table
+    /// names, shared by every topic that writes the table, and new when the table's columns
+    /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
     fn of(table: &Table) -> Self {
+        use std::hash::{Hash as _, Hasher as _};
+        // SipHash with fixed keys: the same shape gets the same name for the process's life.
+        let mut h = std::hash::DefaultHasher::new();
+        for c in &table.columns {
+            (&c.name, &c.sql_type).hash(&mut h);
+        }
+        let shape = h.finish() as u32;
+        let name = |kind: &str| {
+            format!(
+                "pg_temp.{}",
+                quote_ident(&format!("kps_{kind}_{}_{shape:08x}", table.oid))
+            )
+        };
         Self {
-            upserts: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_stage_{}", table.oid))
-            ),
-            deletes: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_delete_{}", table.oid))
-            ),
+            upserts: name("stage"),
+            deletes: name("delete"),
         }
     }
 
@@ -381,7 +336,11 @@ impl Staging {
                 self.upserts.trim_start_matches("pg_temp."),
                 table.qualified()
             ),
-            format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.upserts),
+            format!(
+                "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint, ADD COLUMN IF NOT EXISTS {} bytea",
+                self.upserts,
+                quote_ident(MASK)
+            ),
             format!(
                 "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
                 self.deletes.trim_start_matches("pg_temp."),
@@ -423,6 +382,7 @@ mod tests {
             sql_type: format!("{ty:?}").to_lowercase(),
             not_null,
             has_default,
+            default_sql: has_default.then(|| "'default'".into()),
         };
         Arc::new(Table {
             oid,
@@ -635,43 +595,73 @@ mod tests {
         assert!(batch.writes[0].setup.is_none() && batch.writes[0].statements.is_empty());
     }
 
-    /// Upsert mode holds one column list per table: a record of another shape is refused and
-    /// leaves the open batch as it was; sealed, the fresh batch takes it (what the consumer
-    /// thread does), and the sealed one merges through staging.
+    /// Upsert rows have every column and a presence mask: records that carry different
+    /// columns go into one staging COPY (no new batch), and only then is the merge the one
+    /// that goes column by column; a batch whose rows agree keeps the plain merge.
     #[test]
-    fn an_upsert_shape_change_seals_and_starts_over() {
+    fn upsert_records_of_different_shapes_share_one_copy() {
         let t: Arc<str> = "t".into();
         let m = mapper("t", "t", 5, "mode = \"upsert\"");
         let mut open = OpenBatch::default();
         add(&mut open, 0, &m, &t, 0, r#"{"id":1,"note":"x"}"#).unwrap();
-        assert_eq!(
-            add(&mut open, 0, &m, &t, 1, r#"{"id":2}"#),
-            Err(EncodeError::ShapeChanged)
-        );
-        assert_eq!(open.records, 1, "the refused record is not counted");
-        assert_eq!(open.table_rows(0, &t, &m).rows(), 1);
+        add(&mut open, 0, &m, &t, 1, r#"{"id":1,"note":"y"}"#).unwrap();
+        let uniform = open.seal(1, vec![advance("t", 2)]);
+        add(&mut open, 0, &m, &t, 2, r#"{"id":1,"note":"x"}"#).unwrap();
+        add(&mut open, 0, &m, &t, 3, r#"{"id":2}"#).unwrap();
+        assert_eq!(open.records, 2);
+        let varied = open.seal(2, vec![advance("t", 4)]);
 
-        let sealed = open.seal(1, vec![advance("t", 1)]);
-        add(&mut open, 0, &m, &t, 1, r#"{"id":2}"#).unwrap();
-        let next = open.seal(2, vec![advance("t", 2)]);
+        for (write, folds) in [(&uniform.writes[0], false), (&varied.writes[0], true)] {
+            assert_eq!(write.copies.len(), 1);
+            assert_eq!(write.rows(), 2);
+            let staging = write.setup.as_ref().map(|(id, _)| id.as_str()).unwrap();
+            assert!(staging.starts_with("pg_temp.\"kps_stage_5_"), "{staging}");
+            assert_eq!(
+                write.copies[0].statement,
+                format!(
+                    r#"COPY {staging} ("id", "note", "__kps_ord", "__kps_mask") FROM STDIN (FORMAT binary)"#
+                )
+            );
+            let merge = &write.statements[0];
+            assert_eq!(merge.contains("DISTINCT ON"), !folds, "{merge}");
+            assert_eq!(merge.contains("get_bit"), folds, "{merge}");
+        }
+        assert!(uniform.writes[0].statements[0]
+            .contains("ON CONFLICT (\"id\") DO UPDATE SET \"note\" = EXCLUDED.\"note\""));
+        // A new key whose records never carried `note` gets its default.
+        assert!(varied.writes[0].statements[0].contains("ELSE ('default') END"));
+    }
 
-        let write = &sealed.writes[0];
-        assert_eq!(write.rows(), 1);
-        assert!(write.copies[0]
-            .statement
-            .starts_with("COPY pg_temp.\"kps_stage_5\""));
-        assert_eq!(
-            write.setup.as_ref().map(|(id, _)| id.as_str()),
-            Some("pg_temp.\"kps_stage_5\"")
+    /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a
+    /// session whose staging was made before the column makes them again with it; the same
+    /// shape keeps its names, and the delete staging follows the upsert staging.
+    #[test]
+    fn staging_is_named_by_the_tables_shape() {
+        let before = table("t", 5);
+        let mut after = (*before).clone();
+        after.columns.push(Column {
+            name: "email".into(),
+            ty: ColumnType::Text,
+            sql_type: "text".into(),
+            not_null: false,
+            has_default: true,
+            default_sql: None,
+        });
+        let (a, b, again) = (
+            Staging::of(&before),
+            Staging::of(&after),
+            Staging::of(&table("t", 5)),
         );
-        assert!(write
-            .statements
-            .iter()
-            .any(|s| s.contains("ON CONFLICT (\"id\")")));
-        assert_eq!(next.records, 1);
-        assert_eq!(next.writes[0].copies[0].positions, [(0, 1)]);
-        assert!(next.writes[0].copies[0]
-            .statement
-            .contains("(\"id\", \"__kps_ord\")"));
+        assert_ne!(a.upserts, b.upserts);
+        assert_ne!(a.deletes, b.deletes);
+        assert_eq!(a.upserts, again.upserts);
+        assert_eq!(
+            a.deletes.replace("kps_delete_", "kps_stage_"),
+            a.upserts,
+            "{} {}",
+            a.deletes,
+            a.upserts
+        );
+        assert!(b.upserts.len() < 63, "{}", b.upserts);
     }
 }

@@ -26,6 +26,8 @@ pub enum ErrorKind {
     TooLarge,
     /// Its registry schema is missing (an unknown id) or unusable for the topic.
     Schema,
+    /// Routing by record: it names no table, or one outside the topic's allow-list.
+    Routing,
 }
 
 impl ErrorKind {
@@ -38,6 +40,7 @@ impl ErrorKind {
             ErrorKind::Rejected => "rejected",
             ErrorKind::TooLarge => "too_large",
             ErrorKind::Schema => "schema",
+            ErrorKind::Routing => "routing",
         }
     }
 

@@ -25,6 +25,17 @@ pub enum ColumnType {
     Json,
     Jsonb,
     Bytea,
+    /// `time` without time zone: microseconds since midnight.
+    Time,
+    /// `timetz`: microseconds since midnight and the zone's offset.
+    Timetz,
+    /// `interval`: microseconds, days and months, kept apart as PostgreSQL keeps them.
+    Interval,
+    Inet,
+    /// `cidr`: a network, which PostgreSQL refuses with bits set right of its mask.
+    Cidr,
+    Macaddr,
+    Macaddr8,
     /// A one-dimensional array of one of the types above.
     Array(ArrayOf),
 }
@@ -62,6 +73,13 @@ impl ColumnType {
             114 => &ColumnType::Json,
             3802 => &ColumnType::Jsonb,
             17 => &ColumnType::Bytea,
+            1083 => &ColumnType::Time,
+            1266 => &ColumnType::Timetz,
+            1186 => &ColumnType::Interval,
+            869 => &ColumnType::Inet,
+            650 => &ColumnType::Cidr,
+            829 => &ColumnType::Macaddr,
+            774 => &ColumnType::Macaddr8,
             _ => return None,
         })
     }
@@ -97,6 +115,9 @@ pub struct Column {
     pub not_null: bool,
     /// A column with a default may be left out of a row; the default then applies.
     pub has_default: bool,
+    /// The default as SQL (PostgreSQL's own rendering of it, from the catalog), for merges
+    /// that insert rows whose records left the column out; `None` where NULL applies.
+    pub default_sql: Option<String>,
 }
 
 /// A target table and its writable columns, in table order.
@@ -149,7 +170,7 @@ pub fn quote_ident(name: &str) -> String {
 pub enum SchemaError {
     #[error("table {schema}.{table} does not exist (or the sink's role cannot see it)")]
     Missing { schema: String, table: String },
-    #[error("column {column} of {table} has type {sql_type}, which the sink cannot write; supported: text/varchar/enum, int2/4/8, numeric, float4/8, bool, timestamptz, timestamp, date, uuid, json, jsonb, bytea, and one-dimensional arrays of these")]
+    #[error("column {column} of {table} has type {sql_type}, which the sink cannot write; supported: text/varchar/enum, int2/4/8, numeric, float4/8, bool, timestamptz, timestamp, date, time, timetz, interval, uuid, json, jsonb, bytea, inet, cidr, macaddr, macaddr8, citext, domains over these, and one-dimensional arrays of these")]
     Unsupported {
         table: String,
         column: String,
@@ -164,23 +185,34 @@ pub enum SchemaError {
 /// DEFAULT counts) and whether the column may be written at all.
 const COLUMNS_SQL: &str = "
 SELECT a.attname::text,
-       -- Domains are written as their base type; enum values travel as their label text.
-       CASE WHEN t.typtype = 'e' THEN 25
+       -- Domains are written as their base type; enum values travel as their label text, and
+       -- so does citext, whose binary form is text's (`citextsend`). citext is an extension
+       -- type: its OID differs between databases, so it is recognised by its name and its send
+       -- function, in whatever schema the extension was created.
+       CASE WHEN t.typtype = 'e' OR (b.typname = 'citext' AND bs.proname = 'citextsend') THEN 25
             ELSE COALESCE(NULLIF(t.typbasetype, 0), t.oid)::oid::int8 END AS base_oid,
        -- An array (or a domain over one) is the array type of its element: `typarray` tells
        -- true arrays from fixed-length types with a `typelem` (point, name) and from
        -- int2vector/oidvector. 0 when the column is no array.
        COALESCE(e.oid, 0)::int8 AS element_oid,
-       CASE WHEN e.typtype = 'e' THEN 25
+       CASE WHEN e.typtype = 'e' OR (eb.typname = 'citext' AND ebs.proname = 'citextsend') THEN 25
             ELSE COALESCE(NULLIF(e.typbasetype, 0), e.oid, 0)::oid::int8 END AS element_base,
        format_type(a.atttypid, a.atttypmod) AS sql_type,
        a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS not_null,
        a.atthasdef OR a.attidentity = 'd' AS has_default,
-       a.attidentity = 'a' OR a.attgenerated <> '' AS never_written
+       a.attidentity = 'a' OR a.attgenerated <> '' AS never_written,
+       -- An identity column has no pg_attrdef row: its default is its sequence's next value.
+       CASE WHEN a.attidentity = 'd'
+            THEN format('nextval(%L::regclass)', pg_get_serial_sequence(a.attrelid::regclass::text, a.attname))
+            ELSE pg_get_expr(d.adbin, d.adrelid) END AS default_sql
   FROM pg_attribute a
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
   JOIN pg_type t ON t.oid = a.atttypid
   JOIN pg_type b ON b.oid = COALESCE(NULLIF(t.typbasetype, 0), t.oid)
+  LEFT JOIN pg_proc bs ON bs.oid = b.typsend
   LEFT JOIN pg_type e ON e.oid = b.typelem AND e.typarray = b.oid
+  LEFT JOIN pg_type eb ON eb.oid = COALESCE(NULLIF(e.typbasetype, 0), e.oid)
+  LEFT JOIN pg_proc ebs ON ebs.oid = eb.typsend
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY a.attnum";
 
@@ -208,7 +240,17 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         schema: schema.into(),
         table: table.into(),
     })?;
-    type Row = (String, i64, i64, i64, String, bool, bool, bool);
+    type Row = (
+        String,
+        i64,
+        i64,
+        i64,
+        String,
+        bool,
+        bool,
+        bool,
+        Option<String>,
+    );
     let rows: Vec<Row> = sqlx::query_as(COLUMNS_SQL)
         .bind(sqlx::postgres::types::Oid(oid as u32))
         .fetch_all(pool)
@@ -224,6 +266,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         not_null,
         has_default,
         never_written,
+        default_sql,
     ) in rows
     {
         if never_written {
@@ -242,6 +285,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
             sql_type,
             not_null,
             has_default,
+            default_sql,
         });
     }
     let keys: Vec<(bool, Vec<String>)> = sqlx::query_as(UNIQUE_KEYS_SQL)
@@ -284,6 +328,21 @@ mod tests {
         assert_eq!(of_enum.scalar_part(), ColumnType::Text);
         assert!(matches!(of_enum, ColumnType::Array(a) if a.element_oid == 16_391));
         assert_eq!(ColumnType::from_oids(1017, 600, 600), None, "point[]");
+        // The types with fixed OIDs beyond the first set; citext arrives as text (25) from
+        // the catalog query, which recognises it by name.
+        for (oid, ty) in [
+            (1083, ColumnType::Time),
+            (1266, ColumnType::Timetz),
+            (1186, ColumnType::Interval),
+            (869, ColumnType::Inet),
+            (650, ColumnType::Cidr),
+            (829, ColumnType::Macaddr),
+            (774, ColumnType::Macaddr8),
+        ] {
+            assert_eq!(ColumnType::from_oids(oid, 0, 0), Some(ty));
+        }
+        let intervals = ColumnType::from_oids(1187, 1186, 1186).unwrap();
+        assert_eq!(intervals.scalar_part(), ColumnType::Interval);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::pipeline::adapters::{
     Blocking, ChannelPool, DbCatalog, DbPositions, NoRegistry, RegistrySchemas, Telemetry,
 };
 use crate::pipeline::{Pipeline, PipelineParts, Policy, Route};
+use crate::record_routing::{self, TablePicker};
 use crate::registry::RegistryClient;
 use crate::routing::Router;
 use crate::shutdown::Shutdown;
@@ -53,12 +54,20 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
     let mut routes = Vec::new();
     for topic in &settings.topics {
         let Some(name) = &topic.name else { continue };
-        let mapper = TopicMapper::load(pool, topic, name).await?;
-        routes.push(Route {
-            topic: name.as_str().into(),
-            mapper,
-            consumed: 0,
-        });
+        let route = match TablePicker::new(topic).map_err(anyhow::Error::msg)? {
+            None => Route::one(
+                name.as_str().into(),
+                TopicMapper::load(pool, topic, name).await?,
+            ),
+            Some(picker) => {
+                let mut mappers = Vec::new();
+                for table in picker.listed() {
+                    mappers.push(record_routing::load_mapper(pool, topic, name, table).await?);
+                }
+                Route::by_record(name.as_str().into(), topic, picker, mappers)
+            }
+        };
+        routes.push(route);
     }
     Ok(routes)
 }
@@ -86,7 +95,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         owner = %owner,
         protocol = ?settings.kafka.group_protocol,
         writers = settings.postgres.writers,
-        tables = ?routes.iter().map(|r| format!("{} -> {}", r.topic, r.mapper.table())).collect::<Vec<_>>(),
+        tables = ?routes.iter().map(|r| format!("{} -> {}", r.topic, r.table_label(None))).collect::<Vec<_>>(),
         patterns = ?settings.topics.iter().filter_map(|t| t.pattern.as_deref()).collect::<Vec<_>>(),
         "starting"
     );

@@ -143,3 +143,60 @@ pub fn debezium_order(i: u64) -> String {
 pub fn key(i: u64) -> String {
     format!("o-{i:010}")
 }
+
+/// The sparse-upsert scenario's table: the orders' columns, nullable, so records may leave
+/// any of them out.
+pub const SPARSE_DDL: &str = "
+CREATE TABLE bench_sparse (
+    id         text          PRIMARY KEY,
+    customer   text,
+    amount     numeric(12,2),
+    currency   text,
+    status     text,
+    created_at timestamptz,
+    attrs      jsonb
+)";
+
+/// The non-key columns of an order, in table order.
+pub const SPARSE_COLUMNS: [&str; 6] = [
+    "customer",
+    "amount",
+    "currency",
+    "status",
+    "created_at",
+    "attrs",
+];
+
+/// Which of `SPARSE_COLUMNS` the sparse record `i` carries: a bit each, from a hash of `i`, so
+/// records differ in column list from one to the next, as CDC changes with changed columns
+/// only do.
+pub fn sparse_carried(i: u64) -> u8 {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 29;
+    (x.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 58) as u8 & 0x3f
+}
+
+/// Column `c`'s value in sparse record `i`, as JSON: never the order's own value, so a merge
+/// that drops it is seen.
+pub fn sparse_value(i: u64, c: usize) -> String {
+    match c {
+        0 => format!(r#""customer-sparse-{i}""#),
+        1 => format!(r#""{}.01""#, i % 1000),
+        2 => r#""USD""#.into(),
+        3 => r#""returned""#.into(),
+        4 => r#""2024-01-01T00:00:00.000Z""#.into(),
+        _ => format!(r#"{{"sparse":{i}}}"#),
+    }
+}
+
+/// Order `i`'s key with the columns `sparse_carried(i)` picks, each with its sparse value.
+pub fn sparse_order(i: u64) -> String {
+    let carried = sparse_carried(i);
+    let mut fields = vec![format!(r#""id":"{}""#, key(i))];
+    for (c, name) in SPARSE_COLUMNS.iter().enumerate() {
+        if carried & (1 << c) != 0 {
+            fields.push(format!(r#""{name}":{}"#, sparse_value(i, c)));
+        }
+    }
+    format!("{{{}}}", fields.join(","))
+}

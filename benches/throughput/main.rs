@@ -45,7 +45,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,avro,protobuf,connect-json,debezium,upsert,naive,strategies,trickle"
+        default_value = "copy,insert,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
     /// Rounds of the COPY ceiling, insert and registry-format scenarios, run in turn; with
@@ -225,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
         kafka: &env.kafka,
         topic,
         group,
+        table: "bench_orders",
         mode,
         writers: args.writers,
         extra: &batch,
@@ -314,6 +315,7 @@ async fn main() -> anyhow::Result<()> {
         }
         per_round.push(format_ratios(&ceiling, &insert, &by_format));
     }
+    let mut ratios_extra = Vec::new();
     let mut upsert = None;
     if wants("upsert") {
         say("sink, upsert mode (new keys)");
@@ -326,6 +328,15 @@ async fn main() -> anyhow::Result<()> {
             WriteMode::Upsert,
         );
         results.push(scenarios::sink(&existing, &pool, n, payload, false).await?);
+    }
+    if wants("sparse-upsert") {
+        results.extend(sparse_upsert(&env, &run, &pool, n, payload, args.partitions).await?);
+        if let [.., uniform, sparse] = &results[..] {
+            ratios_extra.push((
+                "sink sparse-upsert / uniform upsert (existing keys)".to_string(),
+                sparse.rows_per_sec / uniform.rows_per_sec,
+            ));
+        }
     }
     let mut naive = None;
     if wants("naive") {
@@ -402,6 +413,7 @@ async fn main() -> anyhow::Result<()> {
     if let (Some(i), Some(nv)) = (rate(&insert), rate(&naive)) {
         ratios.push(("sink insert / naive".to_string(), i / nv));
     }
+    ratios.append(&mut ratios_extra);
     let mut ordered: Vec<Measurement> = [ceiling, insert].into_iter().flatten().collect();
     ordered.extend(by_format.into_iter().map(|(_, m)| m));
     ordered.extend(upsert);
@@ -425,6 +437,57 @@ async fn main() -> anyhow::Result<()> {
         say(&format!("wrote {}", path.display()));
     }
     Ok(())
+}
+
+/// Upserts whose records each carry a different subset of the columns, against the same
+/// table written by uniform upserts: the orders fill `bench_sparse` (new keys), are upserted
+/// again whole (existing keys: the baseline), then the sparse records run over the same keys.
+/// Returns the baseline and the sparse run.
+async fn sparse_upsert<'a>(
+    env: &setup::Env,
+    run: &dyn Fn(&'static str, &'static str, WriteMode) -> SinkRun<'a>,
+    pool: &sqlx::PgPool,
+    n: u64,
+    payload: u64,
+    partitions: i32,
+) -> anyhow::Result<Vec<Measurement>> {
+    let topic = "kps-bench-sparse";
+    eprintln!("bench: producing {n} sparse records");
+    setup::fresh_topic(env, topic, partitions).await?;
+    let (_, bytes) = setup::produce(env, topic, n, partitions, |i| {
+        Ok(data::sparse_order(i).into_bytes())
+    })
+    .await?;
+    eprintln!("bench: sink, sparse-upsert (uniform upserts first, then the sparse ones)");
+    let on_sparse = |name, group| SinkRun {
+        table: "bench_sparse",
+        ..run(name, group, WriteMode::Upsert)
+    };
+    scenarios::sink(&on_sparse("", "bench-sparse-fill"), pool, n, payload, true).await?;
+    let uniform = scenarios::sink(
+        &on_sparse(
+            "sink upsert uniform (existing keys)",
+            "bench-sparse-uniform",
+        ),
+        pool,
+        n,
+        payload,
+        false,
+    )
+    .await?;
+    let sparse = scenarios::sink(
+        &SinkRun {
+            topic,
+            ..on_sparse("sink sparse-upsert (existing keys)", "bench-sparse")
+        },
+        pool,
+        n,
+        bytes,
+        false,
+    )
+    .await?;
+    scenarios::check_sparse(pool, n).await?;
+    Ok(vec![uniform, sparse])
 }
 
 /// The ratios of one round's COPY, insert and registry-format scenarios.

@@ -308,6 +308,8 @@ pub struct SinkRun<'a> {
     pub kafka: &'a str,
     pub topic: &'a str,
     pub group: &'a str,
+    /// `bench_orders`, or `bench_sparse` for the sparse-upsert scenario.
+    pub table: &'a str,
     pub mode: WriteMode,
     pub writers: usize,
     pub extra: &'a str,
@@ -367,6 +369,47 @@ async fn check_sample(pool: &PgPool, n: u64, format: Option<Format>) -> anyhow::
     Ok(())
 }
 
+/// Samples `bench_sparse` after the sparse records ran over the full orders: each column is
+/// the sparse record's value where it carried the column and the order's own value elsewhere.
+pub async fn check_sparse(pool: &PgPool, n: u64) -> anyhow::Result<()> {
+    let stride = (n / 200).max(1);
+    let mut expected = Vec::new();
+    for i in (0..n).step_by(stride as usize).chain(n.checked_sub(1)) {
+        let mut row: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&data::order(i))?;
+        for (c, name) in data::SPARSE_COLUMNS.iter().enumerate() {
+            if data::sparse_carried(i) & (1 << c) != 0 {
+                row.insert(
+                    name.to_string(),
+                    serde_json::from_str(&data::sparse_value(i, c))?,
+                );
+            }
+        }
+        expected.push(serde_json::Value::Object(row).to_string());
+    }
+    let wrong: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT e::text, row_to_json(b)::text
+           FROM unnest($1::jsonb[]) e LEFT JOIN bench_sparse b ON b.id = e->>'id'
+          WHERE b.id IS NULL OR b.customer IS DISTINCT FROM e->>'customer'
+             OR b.amount IS DISTINCT FROM (e->>'amount')::numeric
+             OR b.currency IS DISTINCT FROM e->>'currency' OR b.status IS DISTINCT FROM e->>'status'
+             OR b.created_at IS DISTINCT FROM (e->>'created_at')::timestamptz
+             OR b.attrs IS DISTINCT FROM e->'attrs'",
+    )
+    .bind(&expected)
+    .fetch_all(pool)
+    .await?;
+    if let Some((want, got)) = wrong.first() {
+        anyhow::bail!(
+            "{} of {} sampled sparse rows differ from their records; first: expected {want}, found {}",
+            wrong.len(),
+            expected.len(),
+            got.as_deref().unwrap_or("no row")
+        );
+    }
+    Ok(())
+}
+
 /// Runs the sink until `kafka_offsets` reaches the end offsets (`n` records in all).
 pub async fn sink(
     run: &SinkRun<'_>,
@@ -376,7 +419,8 @@ pub async fn sink(
     truncate: bool,
 ) -> anyhow::Result<Measurement> {
     if truncate {
-        pool.execute("TRUNCATE bench_orders").await?;
+        pool.execute(format!("TRUNCATE {}", run.table).as_str())
+            .await?;
     }
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("bench.toml");
@@ -401,8 +445,8 @@ pub async fn sink(
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
              [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n{registry}\
-             [[topics]]\nname = \"{}\"\ntable = \"bench_orders\"\nmode = \"{mode}\"\n{format}",
-            run.kafka, run.group, run.url, run.writers, run.extra, run.topic
+             [[topics]]\nname = \"{}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
+            run.kafka, run.group, run.url, run.writers, run.extra, run.topic, run.table
         ),
     )?;
     let log_path = dir.path().join("sink.log");
@@ -458,14 +502,16 @@ pub async fn sink(
     let status = child.wait()?;
     anyhow::ensure!(status.success(), "the sink did not stop cleanly: {status}");
     let summary = log_line(&log_path, "summary")?;
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_orders")
+    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", run.table))
         .fetch_one(pool)
         .await?;
     anyhow::ensure!(
         count as u64 == n,
         "the sink left {count} rows, expected {n}"
     );
-    check_sample(pool, n, run.registry.as_ref().map(|r| r.format)).await?;
+    if run.table == "bench_orders" {
+        check_sample(pool, n, run.registry.as_ref().map(|r| r.format)).await?;
+    }
     if let (Some(r), Some(requests)) = (&run.registry, registry_requests) {
         anyhow::ensure!(
             requests <= r.schema_ids,

@@ -76,6 +76,7 @@ pub async fn fresh_database(env: &Env, name: &str) -> anyhow::Result<(String, Pg
         .await?;
     pool.execute(data::TABLE_DDL).await?;
     pool.execute(data::TRICKLE_DDL).await?;
+    pool.execute(data::SPARSE_DDL).await?;
     Ok((url, pool))
 }
 

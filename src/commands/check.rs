@@ -11,11 +11,11 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use secrecy::ExposeSecret;
 
-use crate::config::SubjectPart;
+use super::check_schemas::check_schemas;
 use crate::config::{is_secret_key, redact_url, spelled, RecordFormat, Settings, TopicSettings};
 use crate::kafka::clients;
-use crate::mapping::{Fit, TopicMapper};
-use crate::registry::{RegisteredSchema, RegistryClient, RegistryError};
+use crate::mapping::TopicMapper;
+use crate::registry::RegistryClient;
 use crate::schema::{Column, ColumnType};
 use crate::{migrate, startup};
 
@@ -309,7 +309,38 @@ async fn check_topic(
         }
     }
     let Some(pool) = pool else { return };
-    match TopicMapper::load(pool, topic, name).await {
+    let mappers = match crate::record_routing::TablePicker::new(topic) {
+        Ok(None) => vec![(None, TopicMapper::load(pool, topic, name).await)],
+        Ok(Some(picker)) => {
+            let _ = writeln!(out, "  routed by record: {}", picker.describe());
+            crate::record_routing::load_listed(pool, topic, name, &picker).await
+        }
+        Err(e) => return problems.push(e),
+    };
+    for (routed, loaded) in mappers {
+        if let Some(table) = &routed {
+            let _ = writeln!(out, "  table {table}:");
+        }
+        let checked = check_mapping(settings, topic, name, loaded, registry, out, problems).await;
+        // Only a topic's own table is ever created or changed (never one a record names).
+        if let (true, None, Some(mapper)) = (plan, &routed, checked) {
+            super::plan::print(settings, topic, name, &mapper, registry, out, problems).await;
+        }
+    }
+}
+
+/// One mapping of a topic: its columns and their sources, and the registry's schemas; the
+/// mapping, when it loaded, for `--plan`.
+async fn check_mapping(
+    settings: &Settings,
+    topic: &TopicSettings,
+    name: &str,
+    loaded: anyhow::Result<TopicMapper>,
+    registry: Option<&RegistryClient>,
+    out: &mut String,
+    problems: &mut Vec<String>,
+) -> Option<TopicMapper> {
+    match loaded {
         Ok(mut mapper) => {
             let keys = mapper.key_columns();
             if !keys.is_empty() {
@@ -326,9 +357,10 @@ async fn check_topic(
                     .time_unit(i)
                     .map(|u| format!(", integers in {}", spelled(&u)))
                     .unwrap_or_default();
+                let hex = if mapper.reads_hex(i) { ", hex" } else { "" };
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint}{unit})",
+                    "  {:<24} {:<28} <- {} ({constraint}{unit}{hex})",
                     col.name,
                     col.sql_type,
                     source.describe()
@@ -348,142 +380,11 @@ async fn check_topic(
             } else if let Some(registry) = registry {
                 check_schemas(settings, topic, name, &mut mapper, registry, out, problems).await;
             }
-            if plan {
-                super::plan::print(settings, topic, name, &mapper, registry, out, problems).await;
-            }
+            Some(mapper)
         }
-        Err(e) => problems.push(format!("{e:#}")),
-    }
-}
-
-/// A registry topic's latest key and value schemas: found under the topic's subjects, of the
-/// kind the topic reads, compilable, and (for the value) held against the table: a required
-/// column the schema cannot fill is a problem, a column it leaves empty a warning, a field no
-/// column takes a note (such fields are ignored, as for JSON).
-async fn check_schemas(
-    settings: &Settings,
-    topic: &TopicSettings,
-    name: &str,
-    mapper: &mut TopicMapper,
-    registry: &RegistryClient,
-    out: &mut String,
-    problems: &mut Vec<String>,
-) {
-    let Some(strategy) = settings
-        .schema_registry
-        .as_ref()
-        .map(|r| r.subject_strategy)
-    else {
-        return;
-    };
-    let (value_kind, key_kind) = mapper.registry_kinds();
-    for (part, kind) in [
-        (SubjectPart::Value, value_kind),
-        (SubjectPart::Key, key_kind),
-    ] {
-        if kind.is_none() {
-            continue;
-        }
-        let Some(subject) = strategy.subject(name, part, topic.record_name.as_deref()) else {
-            problems.push(format!(
-                "topic {name:?}: subject_strategy = \"{}\" names subjects by record; set record_name in the topic so check can find its schema",
-                spelled(&strategy)
-            ));
-            continue;
-        };
-        let (id, schema) = match registry.latest(&subject).await {
-            Ok(found) => found,
-            Err(RegistryError::NotFound(_)) => {
-                problems.push(format!(
-                    "topic {name:?}: the registry has no schema under subject {subject:?}"
-                ));
-                continue;
-            }
-            Err(e) => {
-                problems.push(format!("topic {name:?}: {e}"));
-                continue;
-            }
-        };
-        let _ = writeln!(out, "  schema {subject:?}: id {id} ({:?})", schema.kind);
-        if let Err(e) = mapper.learn(id, &schema) {
-            problems.push(format!("topic {name:?}, subject {subject:?}: {e}"));
-            continue;
-        }
-        if part == SubjectPart::Key {
-            continue;
-        }
-        let fields = match mapper.schema_fields(&schema) {
-            Ok(fields) => fields,
-            Err(e) => {
-                problems.push(format!("topic {name:?}, subject {subject:?}: {e}"));
-                continue;
-            }
-        };
-        let columns = mapper.columns_by_field();
-        for (col, field) in &columns {
-            if fields.iter().any(|f| f == field) {
-                continue;
-            }
-            if col.not_null && !col.has_default {
-                problems.push(format!(
-                    "topic {name:?}: column {} is required, but schema {id} ({subject:?}) has no field {field:?}",
-                    col.name
-                ));
-            } else {
-                let _ = writeln!(
-                    out,
-                    "  warning: column {} gets {}: schema {id} has no field {field:?}",
-                    col.name,
-                    if col.has_default {
-                        "its default"
-                    } else {
-                        "NULL"
-                    }
-                );
-            }
-        }
-        for field in &fields {
-            if !columns.iter().any(|(_, f)| f == field) {
-                let _ = writeln!(out, "  field {field:?}: no column takes it (ignored)");
-            }
-        }
-        check_field_types(name, id, &subject, &schema, mapper, out, problems);
-    }
-}
-
-/// Each field's schema type against the column taking it: a type no value of which converts
-/// into the column is a problem (every record would fail there); one that allows null into a
-/// NOT NULL column a warning (only its null records fail).
-fn check_field_types(
-    name: &str,
-    id: u32,
-    subject: &str,
-    schema: &RegisteredSchema,
-    mapper: &TopicMapper,
-    out: &mut String,
-    problems: &mut Vec<String>,
-) {
-    // The schema compiled and its fields were listed, so an error here was reported already.
-    let Ok(types) = mapper.schema_field_types(schema) else {
-        return;
-    };
-    for (col, field) in mapper.columns_by_whole_field() {
-        let Some(ty) = types.iter().find(|t| t.name == field) else {
-            continue;
-        };
-        match TopicMapper::field_fit(ty, col) {
-            Fit::Fits => {}
-            Fit::Never => problems.push(format!(
-                "topic {name:?}: field {field:?} of schema {id} ({subject:?}) is {}, which never converts into column {} ({})",
-                ty.schema_type, col.name, col.sql_type
-            )),
-            Fit::NullIntoNotNull => {
-                let _ = writeln!(
-                    out,
-                    "  warning: field {field:?} is {}, which may be null, but column {} ({}) is NOT NULL: such records fail",
-                    ty.schema_type, col.name, col.sql_type
-                );
-            }
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            None
         }
     }
 }

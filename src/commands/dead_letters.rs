@@ -17,6 +17,7 @@ use crate::dead_letter::ErrorKind;
 use crate::mapping::{EncodeError, MapError, TopicMapper};
 use crate::pgtext::escape_nul;
 use crate::record::{OwnedRecord, RecordView};
+use crate::record_routing::{self, Picked, TablePicker};
 use crate::registry::{RegistryClient, RegistryError};
 use crate::routing::Router;
 use crate::{startup, writer};
@@ -135,6 +136,26 @@ pub async fn list(settings: &Settings, sel: &Selection, json: bool) -> anyhow::R
     Ok(())
 }
 
+/// Keeps a letter that fails again, with its new kind and reason, and says so.
+async fn still_fails(
+    tx: &mut sqlx::PgConnection,
+    d: &Stored,
+    kind: &str,
+    message: String,
+) -> anyhow::Result<()> {
+    sqlx::query("UPDATE kafka_dead_letters SET error_kind = $2, error_message = $3, failed_at = now() WHERE id = $1")
+        .bind(d.id)
+        .bind(kind)
+        .bind(escape_nul(&message))
+        .execute(&mut *tx)
+        .await?;
+    println!(
+        "dead letter {} ({}/{}@{}) still fails: {message}",
+        d.id, d.topic, d.record.partition, d.record.offset
+    );
+    Ok(())
+}
+
 /// What a replay did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Replayed {
@@ -151,7 +172,7 @@ pub async fn replay(
     let pool = startup::connect_pool(settings).await?;
     let letters = load(&pool, &settings.kafka.group_id, sel).await?;
     let router = Router::new(&settings.topics)?;
-    let mut mappers: HashMap<String, TopicMapper> = HashMap::new();
+    let mut mappers: HashMap<(String, String), TopicMapper> = HashMap::new();
     let registry = match &settings.schema_registry {
         Some(r) => Some(RegistryClient::new(r)?),
         None => None,
@@ -161,30 +182,13 @@ pub async fn replay(
     let mut staged = HashSet::new();
     let mut done = Replayed::default();
     for d in letters {
-        if !mappers.contains_key(&d.topic) {
-            let settings = router.settings_for(&d.topic).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "dead letter {}: topic {:?} is no longer configured",
-                    d.id,
-                    d.topic
-                )
-            })?;
-            if settings.write_mode() == WriteMode::Upsert {
-                tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
-            }
-            let m = TopicMapper::load(&pool, settings, &d.topic).await?;
-            // A replay never creates a table: only the sink does, with a batch's rows.
-            anyhow::ensure!(
-                m.table().oid != crate::ddl::MISSING_OID,
-                "topic {:?}: table {} does not exist yet (auto_create makes it with the first batch the sink writes)",
-                d.topic,
-                m.table()
-            );
-            mappers.insert(d.topic.clone(), m);
-        }
-        let mapper = mappers
-            .get_mut(&d.topic)
-            .expect("inserted above when missing");
+        let settings = router.settings_for(&d.topic).ok_or_else(|| {
+            anyhow::anyhow!(
+                "dead letter {}: topic {:?} is no longer configured",
+                d.id,
+                d.topic
+            )
+        })?;
         let topic: Arc<str> = d.topic.as_str().into();
         let headers = d.record.header_views();
         let view = RecordView {
@@ -196,6 +200,42 @@ pub async fn replay(
             value: d.record.value.as_deref(),
             headers: &headers,
         };
+        // Routed by record: the record names its table again, under today's allow-list.
+        let picker = TablePicker::new(settings).map_err(anyhow::Error::msg)?;
+        let table = match &picker {
+            None => None,
+            Some(p) => match p.pick(&view) {
+                Ok(Picked::Table(t)) => Some(t),
+                picked => {
+                    let why = match picked {
+                        Err(e) => e.0,
+                        _ => "the record names no table".into(),
+                    };
+                    still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
+                    done.still_failing += 1;
+                    continue;
+                }
+            },
+        };
+        let slot = (d.topic.clone(), table.clone().unwrap_or_default());
+        if !mappers.contains_key(&slot) {
+            if settings.write_mode() == WriteMode::Upsert {
+                tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
+            }
+            let m = match &table {
+                None => TopicMapper::load(&pool, settings, &d.topic).await?,
+                Some(t) => record_routing::load_mapper(&pool, settings, &d.topic, t).await?,
+            };
+            // A replay never creates a table: only the sink does, with a batch's rows.
+            anyhow::ensure!(
+                m.table().oid != crate::ddl::MISSING_OID,
+                "topic {:?}: table {} does not exist yet (auto_create makes it with the first batch the sink writes)",
+                d.topic,
+                m.table()
+            );
+            mappers.insert(slot.clone(), m);
+        }
+        let mapper = mappers.get_mut(&slot).expect("inserted above when missing");
         let mut rows = mapper.new_rows();
         let mut encoded = mapper.encode(&view, &mut rows);
         // A value and its key may each bring a schema the mapping has not learnt.
@@ -267,16 +307,7 @@ pub async fn replay(
                 done.written += 1;
             }
             Some((kind, message)) => {
-                sqlx::query("UPDATE kafka_dead_letters SET error_kind = $2, error_message = $3, failed_at = now() WHERE id = $1")
-                    .bind(d.id)
-                    .bind(kind)
-                    .bind(escape_nul(&message))
-                    .execute(&mut *tx)
-                    .await?;
-                println!(
-                    "dead letter {} ({}/{}@{}) still fails: {message}",
-                    d.id, d.topic, d.record.partition, d.record.offset
-                );
+                still_fails(&mut tx, &d, kind, message).await?;
                 done.still_failing += 1;
             }
         }

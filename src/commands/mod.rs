@@ -2,6 +2,7 @@
 //! they read and change the sink's tables and ask Kafka, but never run the pipeline.
 
 pub mod check;
+mod check_schemas;
 pub mod dead_letters;
 pub mod lag;
 pub mod offsets;

@@ -24,6 +24,7 @@ mod log;
 mod postgres;
 mod registry;
 mod secrets;
+pub(crate) mod table_from;
 mod topic;
 
 pub use batch::BatchSettings;
@@ -36,8 +37,8 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    AutoEvolve, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize,
-    TimeUnit, TopicSettings, WriteMode,
+    AutoEvolve, ByteaEncoding, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError,
+    RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -169,6 +170,7 @@ impl Settings {
             if topic.name.is_some() && topic.table.contains("{topic}") {
                 // Fine: the name is known, the template resolves at startup.
             }
+            table_from::validate(topic).map_err(ConfigError::Invalid)?;
             if !seen.insert(label.clone()) {
                 return invalid(format!("topic {label} is configured twice"));
             }

@@ -7,6 +7,7 @@ use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
+pub use super::table_from::TableFrom;
 
 /// One subscribed topic (or a pattern of topics) and the table its records go to.
 #[derive(Debug, Clone, Deserialize)]
@@ -18,8 +19,18 @@ pub struct TopicSettings {
     /// A regular expression: every matching topic, including topics created later.
     #[serde(default)]
     pub pattern: Option<String>,
-    /// The target table; `{topic}` is replaced by the (sanitised) topic name.
+    /// The target table; `{topic}` is replaced by the (sanitised) topic name. With
+    /// `table_from`, `{}` is replaced by the name each record gives.
     pub table: String,
+    /// Routing by record: each record names its table in a header or a value field.
+    #[serde(default)]
+    pub table_from: Option<TableFrom>,
+    /// With `table_from`: the only tables (after the template) records may name.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// With `table_from`, instead of `tables`: a regex every table name must match whole.
+    #[serde(default)]
+    pub table_pattern: Option<String>,
     #[serde(default = "default_schema")]
     pub schema: String,
     /// How `{topic}` is turned into a table name.
@@ -77,9 +88,13 @@ pub struct TopicSettings {
     /// (unset: epoch milliseconds).
     #[serde(default)]
     pub time_unit: Option<TimeUnit>,
-    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns.
+    /// Per column: the unit of its integers, for timestamp, timestamptz and date columns, and
+    /// for time, timetz and interval columns (counts since midnight, lengths).
     #[serde(default)]
     pub time_units: BTreeMap<String, TimeUnit>,
+    /// Per bytea column: how its strings spell the bytes (base64 unless this says `hex`).
+    #[serde(default)]
+    pub bytea_encoding: BTreeMap<String, ByteaEncoding>,
     /// Create the table from the first record's schema when it is missing, in that record's
     /// batch's transaction.
     #[serde(default)]
@@ -97,6 +112,16 @@ pub struct TopicSettings {
 pub enum AutoEvolve {
     /// A new field adds a nullable column.
     AddColumns,
+}
+
+/// How a bytea column's strings spell their bytes. Base64 is what Kafka Connect and the
+/// registry transcoders write, so it is the default; hex is for producers that write
+/// PostgreSQL's own `\x…` text or bare hex digits (Debezium's `binary.handling.mode=hex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ByteaEncoding {
+    Base64,
+    Hex,
 }
 
 /// What an integer in a time column counts since 1970-01-01 00:00 UTC.
@@ -282,6 +307,10 @@ pub(crate) fn schema_change_problem(topic: &TopicSettings) -> Option<String> {
     if !topic.auto_create && topic.auto_evolve.is_none() {
         return None;
     }
+    if topic.table_from.is_some() {
+        // A name a record gives is never DDL (README's routing promise); listed tables exist.
+        return Some("auto_create and auto_evolve apply to a topic's one table; with table_from the records name tables that must exist: create them yourself and remove auto_create/auto_evolve".into());
+    }
     let reads_schema = match topic.format {
         RecordFormat::ConnectJson | RecordFormat::Avro => true,
         RecordFormat::Debezium => matches!(topic.encoding, Encoding::Json | Encoding::Avro),
@@ -303,4 +332,31 @@ pub(crate) fn schema_change_problem(topic: &TopicSettings) -> Option<String> {
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use figment::providers::{Format, Toml};
+
+    use super::*;
+
+    /// Routing by record and schema changes together are refused, whichever setting is on: a
+    /// table a record names is never created or altered.
+    #[test]
+    fn table_from_with_auto_create_or_auto_evolve_is_refused() {
+        for ddl in ["auto_create = true", "auto_evolve = \"add_columns\""] {
+            let topic: TopicSettings = figment::Figment::from(Toml::string(&format!(
+                "name = \"t\"\nformat = \"connect-json\"\ntable = \"{{}}\"\ntable_from = {{ header = \"h\" }}\ntables = [\"a\"]\n{ddl}"
+            )))
+            .extract()
+            .unwrap();
+            let why = schema_change_problem(&topic).expect("refused");
+            assert!(why.contains("table_from"), "{why}");
+            let without = TopicSettings {
+                table_from: None,
+                ..topic
+            };
+            assert_eq!(schema_change_problem(&without), None);
+        }
+    }
 }

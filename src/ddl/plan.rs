@@ -217,6 +217,7 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
                 sql_type,
                 not_null,
                 has_default: false,
+                default_sql: None,
             })
             .collect(),
         skipped: Vec::new(),
@@ -296,6 +297,7 @@ fn add_columns(
                     sql_type: f.sql.clone(),
                     not_null: false,
                     has_default: true,
+                    default_sql: None,
                 });
             }
         }
@@ -331,6 +333,8 @@ fn covers_type(col: ColumnType, field: ColumnType) -> bool {
         (T::Numeric, T::Int2 | T::Int4 | T::Int8) => true,
         (T::Float4, T::Int2) | (T::Float8, T::Int2 | T::Int4 | T::Float4) => true,
         (T::Timestamptz | T::Timestamp, T::Date) => true,
+        // A time of day is written to timetz at UTC, as the time converter does.
+        (T::Timetz, T::Time) => true,
         (T::Array(a), T::Array(b)) => covers_type(*a.element, *b.element),
         _ => false,
     }
@@ -417,6 +421,7 @@ mod tests {
                     sql_type: sql.to_string(),
                     not_null: false,
                     has_default: false,
+                    default_sql: None,
                 })
                 .collect(),
             ..missing_table(&settings(""), "t")
@@ -462,5 +467,16 @@ mod tests {
         assert!(plan(&s, &wide, &orders_shape()).unwrap().is_none());
         assert!(!covers_numeric("numeric(12,2)", "numeric(12,3)"));
         assert!(covers_numeric("numeric(12,2)", "numeric(10,2)"));
+    }
+
+    /// A time of day fits a timetz column (written at UTC); a zoned time does not fit a plain
+    /// time column, and a time is no interval.
+    #[test]
+    fn a_time_of_day_fits_an_existing_timetz_column() {
+        assert!(covers_type(ColumnType::Timetz, ColumnType::Time));
+        assert!(covers_type(ColumnType::Time, ColumnType::Time));
+        assert!(!covers_type(ColumnType::Time, ColumnType::Timetz));
+        assert!(!covers_type(ColumnType::Interval, ColumnType::Time));
+        assert!(covers_type(ColumnType::Text, ColumnType::Interval));
     }
 }

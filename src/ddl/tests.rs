@@ -81,6 +81,7 @@ fn only_rows_with_the_new_field_need_its_column() {
             sql_type: "bigint".into(),
             not_null: true,
             has_default: false,
+            default_sql: None,
         }],
         ..missing_table(&s, "t")
     };
@@ -111,6 +112,7 @@ fn in_upsert_mode_every_row_after_the_change_needs_it() {
             sql_type: "bigint".into(),
             not_null: true,
             has_default: false,
+            default_sql: None,
         }],
         primary_key: vec!["id".into()],
         unique_keys: vec![vec!["id".into()]],

@@ -9,8 +9,11 @@
 //! `encode` for each column type stay in this file, where README's claims point at them.
 
 mod array;
+mod clock;
 mod datetime;
+mod interval;
 mod meta;
+mod network;
 mod number;
 mod text;
 
@@ -93,10 +96,14 @@ pub enum Hint {
     /// `io.debezium.data.VariableScaleDecimal`: `{"scale": s, "value": <base64>}`.
     VariableDecimal,
     /// What an integer time counts: days (Connect and Debezium `Date`), milliseconds
-    /// (`Timestamp`), micro- or nanoseconds (Debezium `MicroTimestamp`, `NanoTimestamp`).
+    /// (`Timestamp`), micro- or nanoseconds (Debezium `MicroTimestamp`, `NanoTimestamp`);
+    /// for a time of day the count since midnight (`Time`, `MicroTime`, `NanoTime`), for an
+    /// interval its length (`MicroDuration`).
     Epoch(TimeUnit),
     /// A string that holds JSON text (`io.debezium.data.Json`).
     JsonText,
+    /// A bytea column's strings are hex (`[topics.bytea_encoding]`), not base64.
+    Hex,
 }
 
 /// Encodes `value` with postgres-types into the field being written; its error becomes the
@@ -223,6 +230,22 @@ fn encode_scalar(
             out.put_slice(id.as_bytes());
         }
         ColumnType::Json | ColumnType::Jsonb => write_json_text(ty, &input.json_text(), out)?,
+        ColumnType::Bytea if hint == Some(Hint::Hex) => {
+            let s = expect_string(input, "a hex string")?;
+            // PostgreSQL's own text form starts with `\x`; Debezium's hex mode writes the bare
+            // digits. Either way, pairs of hex digits and nothing else.
+            let digits = s.strip_prefix("\\x").unwrap_or(&s);
+            if digits.len() % 2 != 0 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "{} is not hex (pairs of 0-9a-f, optionally after \\x)",
+                    input.shown()
+                ));
+            }
+            for pair in digits.as_bytes().chunks(2) {
+                let hex = std::str::from_utf8(pair).expect("ASCII digits");
+                out.put_u8(u8::from_str_radix(hex, 16).expect("hex digits"));
+            }
+        }
         ColumnType::Bytea => {
             let s = expect_string(input, "a base64 string")?;
             let bytes = base64::engine::general_purpose::STANDARD
@@ -230,10 +253,30 @@ fn encode_scalar(
                 .map_err(|e| format!("not valid base64: {e}"))?;
             out.put_slice(&bytes);
         }
+        ColumnType::Time => clock::write_time(input, epoch_unit(hint), out)?,
+        ColumnType::Timetz => clock::write_timetz(input, epoch_unit(hint), out)?,
+        ColumnType::Interval => interval::write_interval(input, epoch_unit(hint), out)?,
+        ColumnType::Inet | ColumnType::Cidr => {
+            let s = expect_string(input, "an IP address string")?;
+            network::write_inet(&s, ty == ColumnType::Cidr, out)?;
+        }
+        ColumnType::Macaddr | ColumnType::Macaddr8 => {
+            let s = expect_string(input, "a MAC address string")?;
+            let len = if ty == ColumnType::Macaddr { 6 } else { 8 };
+            network::write_mac(&s, len, out)?;
+        }
         // Refused on entry: an array is never converted as a scalar.
         ColumnType::Array(_) => {}
     }
     Ok(())
+}
+
+/// The unit an integer counts in, when a schema or the configuration states one.
+fn epoch_unit(hint: Option<Hint>) -> Option<TimeUnit> {
+    match hint {
+        Some(Hint::Epoch(unit)) => Some(unit),
+        _ => None,
+    }
 }
 
 /// For values JSON can carry only as strings (UUIDs, base64): anything else is an error, never
@@ -610,6 +653,78 @@ mod tests {
         }
         let err = encoded(ColumnType::Bytea, "12", None).unwrap_err();
         assert!(err.contains("a base64 string"), "{err}");
+    }
+
+    #[test]
+    fn bytea_takes_hex_where_the_column_says_so_and_base64_stays_the_default() {
+        let hex = Some(Hint::Hex);
+        let b = ColumnType::Bytea;
+        assert_eq!(encoded(b, r#""\\xff00""#, hex), Ok(vec![0xff, 0x00]));
+        assert_eq!(encoded(b, r#""FF00ab""#, hex), Ok(vec![0xff, 0x00, 0xab]));
+        assert_eq!(encoded(b, r#""""#, hex), Ok(vec![]));
+        for bad in [
+            r#""/wA=""#,
+            r#""fff""#,
+            r#""\\xzz""#,
+            r#""0x00""#,
+            r#""ff 00""#,
+        ] {
+            let err = encoded(b, bad, hex).unwrap_err();
+            assert!(err.contains("is not hex"), "{bad}: {err}");
+        }
+        let err = encoded(b, "12", hex).unwrap_err();
+        assert!(err.contains("a hex string"), "{err}");
+        // Without the setting, hex text is not base64 and is refused, never reinterpreted.
+        let err = encoded(b, r#""\\xff00""#, None).unwrap_err();
+        assert!(err.contains("not valid base64"), "{err}");
+    }
+
+    #[test]
+    fn the_new_types_dispatch_to_their_encoders() {
+        let us = Some(Hint::Epoch(TimeUnit::Us));
+        assert_eq!(
+            encoded(ColumnType::Time, r#""01:00:00""#, None),
+            Ok(3_600_000_000i64.to_be_bytes().to_vec())
+        );
+        assert_eq!(
+            encoded(ColumnType::Time, "5", us),
+            Ok(5i64.to_be_bytes().to_vec())
+        );
+        let mut tz = 0i64.to_be_bytes().to_vec();
+        tz.extend_from_slice(&(-3600i32).to_be_bytes());
+        assert_eq!(
+            encoded(ColumnType::Timetz, r#""00:00:00+01""#, None),
+            Ok(tz)
+        );
+        let mut iv = 7i64.to_be_bytes().to_vec();
+        iv.extend_from_slice(&0i32.to_be_bytes());
+        iv.extend_from_slice(&0i32.to_be_bytes());
+        assert_eq!(encoded(ColumnType::Interval, "7", us), Ok(iv));
+        assert_eq!(
+            encoded(ColumnType::Inet, r#""1.2.3.4""#, None),
+            Ok(vec![2, 32, 0, 4, 1, 2, 3, 4])
+        );
+        assert_eq!(
+            encoded(ColumnType::Cidr, r#""1.2.0.0/16""#, None),
+            Ok(vec![2, 16, 1, 4, 1, 2, 0, 0])
+        );
+        assert_eq!(
+            encoded(ColumnType::Macaddr, r#""01:02:03:04:05:06""#, None),
+            Ok(vec![1, 2, 3, 4, 5, 6])
+        );
+        assert_eq!(
+            encoded(ColumnType::Macaddr8, r#""01:02:03:04:05:06""#, None),
+            Ok(vec![1, 2, 3, 0xff, 0xfe, 4, 5, 6])
+        );
+        for (ty, json) in [
+            (ColumnType::Inet, "1234"),
+            (ColumnType::Cidr, r#""1.2.3.4/16""#),
+            (ColumnType::Macaddr, "true"),
+            (ColumnType::Time, r#""25:00:00""#),
+            (ColumnType::Interval, r#""P1X""#),
+        ] {
+            assert!(encoded(ty, json, None).is_err(), "{ty:?} {json}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use super::convert::{self, write_meta, write_raw, Hint, Input};
 use super::envelope::{self, Op};
 use super::pointer::JsonRef;
+use super::rows::presence_mask;
 use super::transcode;
 use super::{
     pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
@@ -296,15 +297,25 @@ impl TopicMapper {
         let ordinal = rows.next_ordinal;
         let upsert = self.upsert_keys.is_some();
         let keep = rows.keep_origins;
-        let Some(shape) = rows.buffer_for(&include) else {
-            rows.scratch = include;
-            return Err(EncodeError::ShapeChanged);
+        let mut mask = std::mem::take(&mut rows.mask_scratch);
+        // An upsert row has every column, so records that carry different columns share one
+        // COPY and one merge; the mask says which of them the record carried.
+        let columns: &[u16] = if upsert {
+            presence_mask(&include, self.table.columns.len(), &mut mask);
+            &self.all_columns
+        } else {
+            &include
         };
+        let shape = rows.buffer_for(columns);
         let copy = &mut shape.buffer;
-        let mark = copy.begin_row(include.len() + usize::from(upsert));
+        let mark = copy.begin_row(columns.len() + 2 * usize::from(upsert));
         let mut written = Ok(());
-        for &i in &include {
+        for &i in columns {
             let i = i as usize;
+            if upsert && mask[i / 8] & (1 << (i % 8)) == 0 {
+                copy.null();
+                continue;
+            }
             if let Err(reason) = self.write_value(i, &values[i], record, copy) {
                 written = Err(self.bad_value(i, reason));
                 break;
@@ -315,6 +326,7 @@ impl TopicMapper {
                 if upsert {
                     // The record's position in the batch: the last one per key wins.
                     copy.bytes(&ordinal.to_be_bytes());
+                    copy.bytes(&mask);
                 }
                 copy.end_row(mark);
                 shape.note(
@@ -323,10 +335,14 @@ impl TopicMapper {
                     keep.then(|| OwnedRecord::from_view(record)),
                 );
                 rows.next_ordinal += 1;
+                if upsert {
+                    rows.presence.note(&include);
+                }
             }
             Err(_) => copy.undo_row(mark),
         }
         rows.scratch = include;
+        rows.mask_scratch = mask;
         written.map_err(EncodeError::Invalid)
     }
 
@@ -402,7 +418,10 @@ impl TopicMapper {
                 Ok(())
             }
             Value::In(input, hint) => {
-                let hint = self.time_hint(i, *hint)?;
+                let hint = match self.hex[i] {
+                    true => Some(Hint::Hex),
+                    false => self.time_hint(i, *hint)?,
+                };
                 copy.field(|out| convert::encode(col.ty, *input, hint, out))
             }
             Value::Meta(meta) => write_meta(meta, col, record, copy),

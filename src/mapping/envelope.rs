@@ -338,6 +338,15 @@ fn parse_hints(schema: JsonRef<'_>, field: Option<&str>) -> Result<Hints, MapErr
             }
             "io.debezium.time.MicroTimestamp" => Hint::Epoch(TimeUnit::Us),
             "io.debezium.time.NanoTimestamp" => Hint::Epoch(TimeUnit::Ns),
+            // Times of day count from midnight, MicroDuration an interval's length; the unit
+            // is all a converter needs (a time or interval column reads them as such).
+            "org.apache.kafka.connect.data.Time" | "io.debezium.time.Time" => {
+                Hint::Epoch(TimeUnit::Ms)
+            }
+            "io.debezium.time.MicroTime" | "io.debezium.time.MicroDuration" => {
+                Hint::Epoch(TimeUnit::Us)
+            }
+            "io.debezium.time.NanoTime" => Hint::Epoch(TimeUnit::Ns),
             "io.debezium.data.Json" => Hint::JsonText,
             _ => continue,
         };

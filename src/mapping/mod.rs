@@ -8,11 +8,13 @@
 //! mapping; `encode` runs it for each record.
 
 mod avro;
+mod column_settings;
 mod convert;
 mod encode;
 mod envelope;
 mod json_schema;
 mod json_write;
+mod keys;
 mod pointer;
 mod protobuf;
 mod rows;
@@ -31,14 +33,16 @@ use anyhow::Context as _;
 
 pub use convert::Hint;
 pub use encode::MAX_JSON_DEPTH;
-pub use rows::{Rows, TableRows};
+pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub use source::{Meta, Source};
 
 use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
 use crate::registry::{RegisteredSchema, SchemaKind};
-use crate::schema::{Column, ColumnType, Table};
+use crate::schema::{Column, Table};
+use column_settings::{hex_columns, is_time, time_units, ConfiguredUnit};
 use envelope::HintCache;
+use keys::upsert_key_names;
 use transcode::Decoder;
 
 /// Why one record cannot become a row. The caller adds topic, partition and offset.
@@ -126,10 +130,14 @@ pub struct TopicMapper {
     needs_key: bool,
     /// Upsert key column indices; `None` in insert mode.
     upsert_keys: Option<Arc<[u16]>>,
+    /// Every column, the COPY list of upsert rows.
+    all_columns: Vec<u16>,
     delete_on_tombstone: bool,
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
+    /// Per column: its strings are hex (`bytea_encoding`), not base64.
+    hex: Vec<bool>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -154,17 +162,6 @@ fn schema_kind(encoding: Encoding) -> Option<SchemaKind> {
         Encoding::Protobuf => Some(SchemaKind::Protobuf),
         Encoding::JsonSchema => Some(SchemaKind::Json),
     }
-}
-
-/// A unit the configuration gives a time column's integers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConfiguredUnit {
-    /// From `[topics.time_units]`: said of this column, so a schema that disagrees is an error
-    /// (one of the two is wrong, and either reading could be silently off by 1,000×).
-    Column(TimeUnit),
-    /// From the topic's `time_unit`: meant for records without a schema, so a schema that
-    /// gives the field's unit wins.
-    Topic(TimeUnit),
 }
 
 impl TopicMapper {
@@ -222,6 +219,7 @@ impl TopicMapper {
             ),
         };
         let units = time_units(topic, &table).map_err(err)?;
+        let hex = hex_columns(topic, &table).map_err(err)?;
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -237,15 +235,17 @@ impl TopicMapper {
             key_encoding: topic.key_format,
             decoders: HashMap::new(),
             delete_on_tombstone: topic.delete_on_tombstone,
-            table,
             sources,
             fields,
             slot_of,
             needs_headers,
             needs_key,
             upsert_keys,
+            all_columns: (0..table.columns.len() as u16).collect(),
+            table,
             hints: HintCache::default(),
             units,
+            hex,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -394,6 +394,11 @@ impl TopicMapper {
         self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
     }
 
+    /// For `check`: whether column `i` reads its strings as hex.
+    pub(crate) fn reads_hex(&self, i: usize) -> bool {
+        self.hex[i]
+    }
+
     /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
     /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
     /// small) unless a schema comes with it and says otherwise.
@@ -411,87 +416,6 @@ impl TopicMapper {
     pub fn needs_headers(&self) -> bool {
         self.needs_headers || self.on_error == OnError::DeadLetter
     }
-}
-
-/// The column types an integer time can go into; an array's elements are read as a column
-/// of their type would be, so arrays of these too.
-fn is_time(ty: ColumnType) -> bool {
-    matches!(
-        ty.scalar_part(),
-        ColumnType::Timestamptz | ColumnType::Timestamp | ColumnType::Date
-    )
-}
-
-/// Each column's configured time unit: its `time_units` entry, else the topic's `time_unit`
-/// for timestamp columns. Entries must name time columns, and `days` only dates.
-fn time_units(topic: &TopicSettings, table: &Table) -> Result<Vec<Option<ConfiguredUnit>>, String> {
-    let mut units: Vec<Option<ConfiguredUnit>> = table
-        .columns
-        .iter()
-        .map(|c| {
-            topic
-                .time_unit
-                .filter(|_| {
-                    matches!(
-                        c.ty.scalar_part(),
-                        ColumnType::Timestamptz | ColumnType::Timestamp
-                    )
-                })
-                .map(ConfiguredUnit::Topic)
-        })
-        .collect();
-    for (name, &unit) in &topic.time_units {
-        let (i, col) = table
-            .column(name)
-            .ok_or_else(|| format!("time_units.{name}: column {name:?} is not in the table"))?;
-        if !is_time(col.ty) {
-            return Err(format!(
-                "time_units.{name}: column {name:?} is {}; a time unit applies to timestamp, timestamptz and date columns",
-                col.sql_type
-            ));
-        }
-        if unit == TimeUnit::Days && col.ty.scalar_part() != ColumnType::Date {
-            return Err(format!(
-                "time_units.{name}: \"days\" fits date columns only; {name:?} is {}",
-                col.sql_type
-            ));
-        }
-        units[i] = Some(ConfiguredUnit::Column(unit));
-    }
-    Ok(units)
-}
-
-/// Resolves the upsert key: configured columns, else the primary key; it must match a unique
-/// index so that `ON CONFLICT` can use it.
-fn upsert_key_names(topic: &TopicSettings, table: &Table) -> Result<Vec<String>, String> {
-    let names: Vec<String> = if !topic.key.is_empty() {
-        topic.key.clone()
-    } else if !table.primary_key.is_empty() {
-        table.primary_key.clone()
-    } else {
-        return Err("mode = \"upsert\" needs a key: the table has no primary key, so name the key columns with `key = [...]`".into());
-    };
-    for name in &names {
-        if table.column(name).is_none() {
-            return Err(format!(
-                "upsert key column {name:?} is not a column of the table"
-            ));
-        }
-    }
-    let mut wanted = names.clone();
-    wanted.sort();
-    let indexed = table.unique_keys.iter().any(|cols| {
-        let mut cols = cols.clone();
-        cols.sort();
-        cols == wanted
-    });
-    if !indexed {
-        return Err(format!(
-            "upsert key ({}) is not the primary key or a unique index of the table; ON CONFLICT needs one",
-            names.join(", ")
-        ));
-    }
-    Ok(names)
 }
 
 #[cfg(test)]

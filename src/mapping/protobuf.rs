@@ -21,7 +21,7 @@
 //!   `Timestamp` as RFC 3339 in UTC with its full precision, wrappers (`StringValue`, …) as
 //!   their value, `Struct`/`Value`/`ListValue` as the JSON they hold, NaN and infinities as
 //!   `"NaN"`, `"Infinity"`, `"-Infinity"`, map keys as strings; `Duration` and `FieldMask`
-//!   keep the proto3 JSON strings (`"1.5s"`), which no column type converts.
+//!   keep the proto3 JSON strings (`"1.5s"`); an interval column reads a `Duration`'s.
 //!
 //! Fields the schema does not know (a newer writer's) are skipped. Imports other than the
 //! well-known types (schema references) are not resolved: such a schema fails to compile.

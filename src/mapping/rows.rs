@@ -57,12 +57,16 @@ pub struct TableRows {
     pub deletes: Option<Rows>,
     /// Upsert key column indices; `None` in insert mode.
     pub upsert_keys: Option<Arc<[u16]>>,
+    /// Upsert mode: which columns the rows carried, so the merge updates only those.
+    pub presence: Presence,
     /// Keep each row's record (for dead letters of rows PostgreSQL rejects).
     pub keep_origins: bool,
     /// The next record's position in the batch.
     pub(super) next_ordinal: i64,
     /// Reused column list, so encoding a record allocates none.
     pub(super) scratch: Vec<u16>,
+    /// Reused presence mask, likewise.
+    pub(super) mask_scratch: Vec<u8>,
 }
 
 /// A count, not the encoded bytes.
@@ -80,24 +84,25 @@ impl TableRows {
             shapes: Vec::new(),
             deletes: None,
             upsert_keys,
+            presence: Presence::default(),
             keep_origins,
             next_ordinal: 0,
             scratch: Vec::new(),
+            mask_scratch: Vec::new(),
         }
     }
 
-    /// The rows with these columns; `None` when an upsert batch already holds another
-    /// column list.
-    pub(super) fn buffer_for(&mut self, columns: &[u16]) -> Option<&mut Rows> {
+    /// The rows with these columns. Upsert rows all have every column (with a presence mask),
+    /// so an upsert batch has one shape whatever its records carry.
+    pub(super) fn buffer_for(&mut self, columns: &[u16]) -> &mut Rows {
         let pos = match self.shapes.iter().position(|r| r.columns == columns) {
             Some(pos) => pos,
-            None if self.upsert_keys.is_some() && !self.shapes.is_empty() => return None,
             None => {
                 self.shapes.push(Rows::new(columns.to_vec()));
                 self.shapes.len() - 1
             }
         };
-        Some(&mut self.shapes[pos])
+        &mut self.shapes[pos]
     }
 
     /// Rows written, deletes included.
@@ -116,5 +121,80 @@ impl TableRows {
             .chain(self.deletes.iter())
             .map(|r| r.buffer.len())
             .sum()
+    }
+}
+
+/// The column lists an upsert batch's rows carried. Each row has every column and a mask of
+/// the ones its record carried (absent ones are written NULL but are not the record's NULL);
+/// while every row carried the same list, the merge is the plain one over that list, and only
+/// a batch whose rows differ pays for merging column by column.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Presence {
+    /// The first row's columns.
+    first: Option<Vec<u16>>,
+    /// Once rows differ: per column, whether any row carried it.
+    any: Option<Vec<bool>>,
+}
+
+impl Presence {
+    /// Called once per upsert row, after it is written.
+    pub(super) fn note(&mut self, carried: &[u16]) {
+        let Some(first) = &self.first else {
+            self.first = Some(carried.to_vec());
+            return;
+        };
+        let any = match &mut self.any {
+            Some(any) => any,
+            None if first == carried => return,
+            None => {
+                let mut any = Vec::new();
+                mark(&mut any, first);
+                self.any.insert(any)
+            }
+        };
+        mark(any, carried);
+    }
+
+    /// The columns every row carried, or `None` when rows differ (or there are none).
+    pub fn uniform(&self) -> Option<&[u16]> {
+        match (&self.first, &self.any) {
+            (Some(first), None) => Some(first),
+            _ => None,
+        }
+    }
+
+    /// Whether no upsert row was noted.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Whether any row carried column `i`.
+    pub fn carried_by_any(&self, i: u16) -> bool {
+        match (&self.first, &self.any) {
+            (_, Some(any)) => any.get(i as usize).copied().unwrap_or(false),
+            (Some(first), None) => first.contains(&i),
+            (None, None) => false,
+        }
+    }
+}
+
+/// Sets the flags of `columns` in `any`, growing it as needed.
+fn mark(any: &mut Vec<bool>, columns: &[u16]) {
+    for &c in columns {
+        let c = c as usize;
+        if any.len() <= c {
+            any.resize(c + 1, false);
+        }
+        any[c] = true;
+    }
+}
+
+/// The presence mask of a row: bit `i` (PostgreSQL's `get_bit(mask, i)`, which counts bits
+/// from the low end of each byte) set when column `i` was carried.
+pub(super) fn presence_mask(carried: &[u16], columns: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(columns.div_ceil(8), 0);
+    for &c in carried {
+        out[c as usize / 8] |= 1 << (c % 8);
     }
 }

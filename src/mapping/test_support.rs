@@ -18,6 +18,7 @@ pub(crate) fn col(name: &str, ty: ColumnType, not_null: bool, has_default: bool)
         sql_type: format!("{ty:?}").to_lowercase(),
         not_null,
         has_default,
+        default_sql: has_default.then(|| "'default'".into()),
     }
 }
 

@@ -9,6 +9,7 @@ use super::*;
 use crate::headers::Header;
 use crate::pgcopy::encode_numeric;
 use crate::record::RecordView;
+use crate::schema::ColumnType;
 
 fn mapper(columns: Vec<Column>, extra: &str) -> TopicMapper {
     TopicMapper::new(&topic(extra), table(columns, &[])).unwrap()
@@ -481,13 +482,18 @@ fn upsert_leaves_absent_columns_out_in_every_format() {
     ] {
         let m = TopicMapper::new(&topic(extra), table(columns(), &["id"])).unwrap();
         let rows = encode(&m, value).unwrap();
-        assert_eq!(rows.shapes[0].columns, vec![0], "{extra}");
+        // Upsert rows have every column; the mask says which the record carried.
+        assert_eq!(rows.shapes[0].columns, vec![0, 1, 2], "{extra}");
+        assert_eq!(rows.presence.uniform(), Some(&[0][..]), "{extra}");
     }
     // An explicit null is a value: it is written.
     let m = TopicMapper::new(&topic("mode = \"upsert\""), table(columns(), &["id"])).unwrap();
     assert_eq!(
-        encode(&m, r#"{"id":1,"a":null}"#).unwrap().shapes[0].columns,
-        vec![0, 1]
+        encode(&m, r#"{"id":1,"a":null}"#)
+            .unwrap()
+            .presence
+            .uniform(),
+        Some(&[0, 1][..])
     );
     // Insert has no row to keep: a nullable column without a default is written as NULL.
     let m = mapper(columns(), "");
@@ -1112,4 +1118,54 @@ fn metadata_columns_take_every_documented_type() {
     r.key = Some(b"plain");
     let err = m.encode(&r, &mut m.new_rows()).unwrap_err();
     assert!(format!("{err:?}").contains("not JSON"), "{err:?}");
+}
+
+#[test]
+fn bytea_encoding_names_bytea_columns_and_time_units_take_times_of_day_and_intervals() {
+    let columns = || {
+        vec![
+            col("b", ColumnType::Bytea, false, false),
+            col("n", ColumnType::Int8, false, false),
+            col("t", ColumnType::Time, false, false),
+            col("i", ColumnType::Interval, false, false),
+        ]
+    };
+    let mapper = |extra: &str| TopicMapper::new(&topic(extra), table(columns(), &[]));
+    let hex = mapper("[bytea_encoding]\nb = \"hex\"").unwrap();
+    assert!(hex.reads_hex(0) && !hex.reads_hex(1));
+    assert!(!mapper("[bytea_encoding]\nb = \"base64\"")
+        .unwrap()
+        .reads_hex(0));
+    let err = mapper("[bytea_encoding]\nn = \"hex\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bytea_encoding.n: column \"n\" is int8, not bytea"),
+        "{err}"
+    );
+    let err = mapper("[bytea_encoding]\nnope = \"hex\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not in the table"), "{err}");
+    // An unknown encoding is refused when the settings are read.
+    let parsed: Result<TopicSettings, _> = Figment::from(Toml::string(
+        "name = \"topic\"\ntable = \"t\"\nbytea_encoding = { b = \"base32\" }",
+    ))
+    .extract();
+    assert!(parsed.is_err());
+
+    let units = mapper("[time_units]\nt = \"ms\"\ni = \"us\"").unwrap();
+    assert_eq!(units.time_unit(2), Some(TimeUnit::Ms));
+    assert_eq!(units.time_unit(3), Some(TimeUnit::Us));
+    let err = mapper("[time_units]\ni = \"days\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"days\" fits date columns only"), "{err}");
+    // The topic's unit is for timestamps without a schema: a time of day or an interval
+    // gets none from it, so its integers need their own.
+    let topic_unit = mapper("time_unit = \"us\"").unwrap();
+    assert_eq!(
+        (topic_unit.time_unit(2), topic_unit.time_unit(3)),
+        (None, None)
+    );
 }

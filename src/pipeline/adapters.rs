@@ -120,6 +120,18 @@ impl Catalog for DbCatalog {
             TopicMapper::load(&self.pool, settings, topic),
         )
     }
+
+    fn table_mapper(
+        &self,
+        settings: &TopicSettings,
+        topic: &str,
+        table: &str,
+    ) -> Result<TopicMapper, String> {
+        self.blocking.run(
+            "describing a table",
+            crate::record_routing::load_mapper(&self.pool, settings, topic, table),
+        )
+    }
 }
 
 /// The writer tasks' queues and their shared result channel.

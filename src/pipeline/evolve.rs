@@ -3,6 +3,10 @@
 //! (rows of the old shape commit without it), rebuilds the mapping on the table as it will be,
 //! and rides on the topic's batches until one commits. A batch with a change that fails makes
 //! the table be described again, so the mapping never believes in a column that rolled back.
+//!
+//! The state is per table (a route's target, known by its batch slot), and a batch's writes find
+//! theirs by topic and table. Only a topic's own table evolves: configuration refuses
+//! `auto_create`/`auto_evolve` with `table_from`, since a name a record gives is never DDL.
 
 use super::{Fatal, Pipeline};
 use crate::batch::Batch;
@@ -22,25 +26,36 @@ pub(super) enum Evolved {
 }
 
 impl Pipeline {
-    /// The route's evolver, made on first use from its settings (none for most topics).
-    fn evolver(&mut self, route: usize) -> Option<&mut Evolver> {
-        if self.evolvers.len() <= route {
-            self.evolvers.resize_with(route + 1, || None);
+    /// The evolver of the route's `target` table, made on first use from the topic's settings
+    /// (none for most topics, and none for a table a record named).
+    fn evolver(&mut self, route: usize, target: usize) -> Option<&mut Evolver> {
+        let slot = self.routes[route].targets[target].slot;
+        if self.evolvers.len() <= slot {
+            self.evolvers.resize_with(slot + 1, || None);
         }
-        if self.evolvers[route].is_none() {
-            let made = self
-                .router
-                .settings_for(&self.routes[route].topic)
-                .map(Evolver::for_settings);
-            self.evolvers[route] = Some(made.flatten());
+        if self.evolvers[slot].is_none() {
+            let made = match self.routes[route].by_record {
+                Some(_) => None,
+                None => self
+                    .router
+                    .settings_for(&self.routes[route].topic)
+                    .and_then(Evolver::for_settings),
+            };
+            self.evolvers[slot] = Some(made);
         }
-        self.evolvers[route].as_mut().and_then(Option::as_mut)
+        self.evolvers[slot].as_mut().and_then(Option::as_mut)
     }
 
     /// Holds the record's schema against its table, changing the table (in the next batch)
     /// where the settings allow.
-    pub(super) fn evolve(&mut self, lane: usize, route: usize, record: &RecordView<'_>) -> Evolved {
-        let Some(evolver) = self.evolver(route) else {
+    pub(super) fn evolve(
+        &mut self,
+        lane: usize,
+        route: usize,
+        target: usize,
+        record: &RecordView<'_>,
+    ) -> Evolved {
+        let Some(evolver) = self.evolver(route, target) else {
             return Evolved::Go(0);
         };
         if evolver.needs_redescribe() {
@@ -49,22 +64,23 @@ impl Pipeline {
             self.seal_all();
             let topic = self.routes[route].topic.clone();
             match self.catalog.mapper(&settings, &topic) {
-                Ok(mapper) => self.routes[route].mapper = mapper,
+                Ok(mapper) => self.routes[route].targets[target].mapper = mapper,
                 Err(e) => {
                     self.set_fatal(Fatal::Other(e));
                     return Evolved::Stop;
                 }
             }
-            if let Some(ev) = self.evolver(route) {
+            if let Some(ev) = self.evolver(route, target) {
                 ev.redescribed();
             }
             if !self.table.is_active((route, record.partition)) {
                 return Evolved::Stop;
             }
         }
-        let table = self.routes[route].mapper.table().clone();
+        let table = self.routes[route].targets[target].mapper.table().clone();
+        let slot = self.routes[route].targets[target].slot;
         let schemas = &self.schemas;
-        let Some(evolver) = self.evolvers[route].as_mut().and_then(Option::as_mut) else {
+        let Some(Some(Some(evolver))) = self.evolvers.get_mut(slot) else {
             return Evolved::Go(0);
         };
         let checked = evolver.check(&table, record.value, record.key, &mut |id| {
@@ -118,8 +134,10 @@ impl Pipeline {
         }
         // Rows of the old shape, in any lane, commit without the change.
         self.seal_all();
-        self.routes[route].mapper = mapper;
-        let need = self.evolver(route).map_or(0, |ev| ev.adopt(&change));
+        self.routes[route].targets[target].mapper = mapper;
+        let need = self
+            .evolver(route, target)
+            .map_or(0, |ev| ev.adopt(&change));
         if self.table.is_active((route, record.partition)) {
             Evolved::Go(need)
         } else {
@@ -134,22 +152,37 @@ impl Pipeline {
         }
     }
 
-    /// A record of `route` is in `lane`'s open batch and needs the pending steps up to `need`.
-    pub(super) fn note_ddl_need(&mut self, route: usize, lane: usize, need: u64) {
+    /// The evolver already made for the route's `target` table, if any.
+    fn evolver_at(&mut self, route: usize, target: usize) -> Option<&mut Evolver> {
+        let slot = self.routes[route].targets[target].slot;
+        self.evolvers.get_mut(slot)?.as_mut()?.as_mut()
+    }
+
+    /// A record for the route's `target` table is in `lane`'s open batch and needs the pending
+    /// steps up to `need`.
+    pub(super) fn note_ddl_need(&mut self, route: usize, target: usize, lane: usize, need: u64) {
         if need > 0 {
-            if let Some(Some(Some(ev))) = self.evolvers.get_mut(route) {
+            if let Some(ev) = self.evolver_at(route, target) {
                 ev.note_need(lane, need);
             }
         }
     }
 
-    /// Gives each write of a batch sealed from `lane` the steps its rows still need.
+    /// Gives each write of a batch sealed from `lane` the steps its rows still need: the
+    /// write's table (by topic, then by name among the topic's tables) finds its evolver.
     pub(super) fn attach_ddl(&mut self, lane: usize, batch: &mut Batch) {
         for write in &mut batch.writes {
             let Some(&route) = self.route_index.get(&write.topic) else {
                 continue;
             };
-            if let Some(Some(Some(ev))) = self.evolvers.get_mut(route) {
+            let Some(target) = self.routes[route]
+                .targets
+                .iter()
+                .position(|t| t.mapper.table().to_string() == write.table)
+            else {
+                continue;
+            };
+            if let Some(ev) = self.evolver_at(route, target) {
                 write.ddl = ev.steps_for(lane, batch.id);
             }
         }

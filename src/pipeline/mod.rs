@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::batch::Batch;
 use crate::config::{BatchSettings, OnError, ResetPolicy};
 use crate::dead_letter::{DeadLetter, ErrorKind};
-use crate::mapping::{EncodeError, MapError, TopicMapper};
+use crate::mapping::{EncodeError, MapError};
 use crate::offsets::TopicPartition;
 use crate::record::{OwnedRecord, RecordView};
 use crate::registry::RegistryError;
@@ -34,6 +34,7 @@ mod ports;
 mod rebalance;
 mod recovery;
 mod results;
+mod route;
 #[cfg(test)]
 mod tests;
 mod tick;
@@ -43,14 +44,8 @@ use lanes::Lanes;
 use partitions::{Accept, Key, PartitionTable};
 pub(crate) use ports::{Catalog, Event, Observer, PositionStore, Received, Schemas, WriterPool};
 pub use ports::{PartitionControl, SeekFailure};
-
-/// A topic and the mapping of its records onto its table.
-pub struct Route {
-    pub topic: Arc<str>,
-    pub mapper: TopicMapper,
-    /// Records taken, for the metric.
-    pub consumed: u64,
-}
+use route::Chosen;
+pub use route::Route;
 
 /// The choices from the configuration that steer the protocol.
 #[derive(Debug, Clone)]
@@ -105,13 +100,16 @@ pub struct Pipeline {
     to_pause: Vec<TopicPartition>,
     /// Positions to mirror to the Kafka group (`kafka.mirror_commits`).
     to_mirror: Vec<(TopicPartition, i64)>,
+    /// The next table's entry in open batches (`route::Target::slot`).
+    next_slot: usize,
     last_publish: Instant,
     /// When the owned partitions' epochs were last compared with the database, to notice an
     /// operator's reset even when no record arrives.
     last_epoch_check: Instant,
     /// When positions were last compared with the cursors, for offsets that carry no record.
     last_gap_check: Instant,
-    /// Per route, once looked up: its `auto_create`/`auto_evolve` state, if it uses either.
+    /// Per table (by its batch slot), once looked up: its `auto_create`/`auto_evolve` state, if
+    /// its topic uses either.
     evolvers: Vec<Option<Option<crate::ddl::Evolver>>>,
 }
 
@@ -135,7 +133,12 @@ const SLOW_WRITER_NOTICE: Duration = Duration::from_secs(30);
 
 impl Pipeline {
     /// Owns no partitions yet: they arrive with the first assignment.
-    pub(crate) fn new(parts: PipelineParts) -> Self {
+    pub(crate) fn new(mut parts: PipelineParts) -> Self {
+        let mut next_slot = 0;
+        for target in parts.routes.iter_mut().flat_map(|r| r.targets.iter_mut()) {
+            target.slot = next_slot;
+            next_slot += 1;
+        }
         let route_index = parts
             .routes
             .iter()
@@ -161,6 +164,7 @@ impl Pipeline {
             unreported: 0,
             to_pause: Vec::new(),
             to_mirror: Vec::new(),
+            next_slot,
             last_publish: now,
             last_epoch_check: now,
             last_gap_check: now,
@@ -177,7 +181,7 @@ impl Pipeline {
     pub fn needs_headers(&self, topic: &str) -> bool {
         self.route_index
             .get(topic)
-            .is_some_and(|&i| self.routes[i].mapper.needs_headers())
+            .is_some_and(|&i| self.routes[i].needs_headers())
     }
 
     /// Taken after `drain`, so the error is reported once everything complete is committed.
@@ -235,8 +239,31 @@ impl Pipeline {
         };
         self.unreported += 1;
         self.routes[route].consumed += 1;
-        let (mut encoded, ddl_need) = match self.evolve(lane, route, record) {
-            evolve::Evolved::Go(need) => (self.encode_into(lane, route, record), need),
+        let target = match self.routes[route].choose(record, &*self.catalog, &mut self.next_slot) {
+            Chosen::Target(t) => t,
+            Chosen::Nothing => {
+                self.taken(lane, key, record);
+                return;
+            }
+            Chosen::Refused(e) => {
+                if self.dead_letter(lane, route, None, record, (ErrorKind::Routing, e.0)) {
+                    self.taken(lane, key, record);
+                }
+                return;
+            }
+            Chosen::Unusable(why) => {
+                // The record is not taken: after a fix (the table created) a restart reads it.
+                self.table.stop(key);
+                self.set_fatal(Fatal::Mapping {
+                    tp: TopicPartition::new(self.routes[route].topic.clone(), record.partition),
+                    offset: record.offset,
+                    reason: why,
+                });
+                return;
+            }
+        };
+        let (mut encoded, ddl_need) = match self.evolve(lane, route, target, record) {
+            evolve::Evolved::Go(need) => (self.encode_into(lane, route, target, record), need),
             evolve::Evolved::Invalid(e) => (Err(EncodeError::Invalid(e)), 0),
             evolve::Evolved::Stop => return,
         };
@@ -245,8 +272,8 @@ impl Pipeline {
             let Err(EncodeError::NeedSchema(id)) = encoded else {
                 break;
             };
-            match self.learn_schema(route, id) {
-                Ok(()) => encoded = self.encode_into(lane, route, record),
+            match self.learn_schema(route, target, id) {
+                Ok(()) => encoded = self.encode_into(lane, route, target, record),
                 Err(Learn::Refused(e)) => encoded = Err(EncodeError::Invalid(e)),
                 Err(Learn::Unavailable(why)) => {
                     // Not the record's fault: nothing of it is taken, and the lane rewinds
@@ -267,7 +294,7 @@ impl Pipeline {
             if !self.table.is_active(key) {
                 return;
             }
-            encoded = self.encode_into(lane, route, record);
+            encoded = self.encode_into(lane, route, target, record);
         }
         if let Err(e) = encoded {
             let error = match e {
@@ -279,14 +306,21 @@ impl Pipeline {
                     MapError::Schema(format!("schema {id} is still unknown after it was fetched"))
                 }
             };
-            if !self.dead_letter(lane, route, record, error) {
+            let error = (ErrorKind::of(&error), error.to_string());
+            if !self.dead_letter(lane, route, Some(target), record, error) {
                 return;
             }
         }
+        self.note_ddl_need(route, target, lane, ddl_need);
+        self.taken(lane, key, record);
+    }
+
+    /// The record is in the lane's open batch (as rows, a dead letter, or nothing): its
+    /// partition's position moves past it with the batch, which is sealed when full.
+    fn taken(&mut self, lane: usize, key: Key, record: &RecordView<'_>) {
         if self.table.took(key, record.offset) {
             self.lanes.join(lane, key);
         }
-        self.note_ddl_need(route, lane, ddl_need);
         let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
         if self.lanes.added(lane, bytes) {
             self.seal_and_send(lane);
@@ -299,17 +333,22 @@ impl Pipeline {
         &mut self,
         lane: usize,
         route: usize,
+        target: usize,
         record: &RecordView<'_>,
     ) -> Result<(), EncodeError> {
-        let Route { topic, mapper, .. } = &self.routes[route];
-        let rows = self.lanes.open_mut(lane).table_rows(route, topic, mapper);
-        mapper.encode(record, rows)
+        let Route { topic, targets, .. } = &self.routes[route];
+        let target = &targets[target];
+        let rows = self
+            .lanes
+            .open_mut(lane)
+            .table_rows(target.slot, topic, &target.mapper);
+        target.mapper.encode(record, rows)
     }
 
-    /// Fetches schema `id` and teaches it to the route's mapping.
-    fn learn_schema(&mut self, route: usize, id: u32) -> Result<(), Learn> {
+    /// Fetches schema `id` and teaches it to the target's mapping.
+    fn learn_schema(&mut self, route: usize, target: usize, id: u32) -> Result<(), Learn> {
         match self.schemas.fetch(id) {
-            Ok(schema) => self.routes[route]
+            Ok(schema) => self.routes[route].targets[target]
                 .mapper
                 .learn(id, &schema)
                 .map_err(Learn::Refused),
@@ -326,18 +365,20 @@ impl Pipeline {
         &mut self,
         lane: usize,
         route: usize,
+        target: Option<usize>,
         record: &RecordView<'_>,
-        error: MapError,
+        (kind, error): (ErrorKind, String),
     ) -> bool {
-        let Route { topic, mapper, .. } = &self.routes[route];
-        if mapper.on_error() == OnError::DeadLetter {
+        let r = &self.routes[route];
+        let topic = &r.topic;
+        if r.on_error() == OnError::DeadLetter {
             let letter = DeadLetter {
                 topic: topic.clone(),
                 record: OwnedRecord::from_view(record),
-                kind: ErrorKind::of(&error),
-                message: error.to_string(),
-                table: mapper.table().to_string(),
-                produce_to: mapper.dead_letter_topic().cloned(),
+                kind,
+                message: error.clone(),
+                table: r.table_label(target),
+                produce_to: r.dead_letter_topic().cloned(),
             };
             tracing::warn!(topic = record.topic, partition = record.partition, offset = record.offset, error = %error, "record dead-lettered");
             self.lanes.open_mut(lane).dead_letters.push(letter);
@@ -346,7 +387,7 @@ impl Pipeline {
         let fatal = Fatal::Mapping {
             tp: TopicPartition::new(topic.clone(), record.partition),
             offset: record.offset,
-            reason: error.to_string(),
+            reason: error,
         };
         // Everything before this record is complete: commit it so the position is here.
         self.table.stop((route, record.partition));

@@ -103,10 +103,19 @@ pub(crate) trait PositionStore: Send {
     ) -> Result<bool, String>;
 }
 
-/// The tables of topics first seen at assignment (pattern subscriptions).
+/// The tables of topics first seen at assignment (pattern subscriptions), and of tables
+/// first named by a record (routing by record).
 pub(crate) trait Catalog: Send {
     /// The mapping of `topic` onto its table, described now.
     fn mapper(&self, settings: &TopicSettings, topic: &str) -> Result<TopicMapper, String>;
+    /// Routing by record: the mapping of `topic`'s records onto `table`, one a record named
+    /// and the allow-list allowed, described now.
+    fn table_mapper(
+        &self,
+        settings: &TopicSettings,
+        topic: &str,
+        table: &str,
+    ) -> Result<TopicMapper, String>;
 }
 
 /// The Schema Registry, asked only for ids a mapping has not learnt yet (one request per new

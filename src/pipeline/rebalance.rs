@@ -11,6 +11,7 @@ use super::{Event, Fatal, Pipeline, Route};
 use crate::config::ResetPolicy;
 use crate::mapping::TopicMapper;
 use crate::offsets::TopicPartition;
+use crate::record_routing::TablePicker;
 
 impl Pipeline {
     /// Claims newly assigned partitions and returns where each must start. Blocks (retrying
@@ -131,16 +132,31 @@ impl Pipeline {
                 ))
             })?
             .clone();
-        let mapper: TopicMapper = self
-            .catalog
-            .mapper(&settings, topic)
-            .map_err(Fatal::Other)?;
-        tracing::info!(%topic, table = %mapper.table(), "new topic routed");
-        self.routes.push(Route {
-            topic: topic.clone(),
-            mapper,
-            consumed: 0,
-        });
+        let mut route = match TablePicker::new(&settings).map_err(Fatal::Other)? {
+            None => {
+                let mapper: TopicMapper = self
+                    .catalog
+                    .mapper(&settings, topic)
+                    .map_err(Fatal::Other)?;
+                tracing::info!(%topic, table = %mapper.table(), "new topic routed");
+                Route::one(topic.clone(), mapper)
+            }
+            Some(picker) => {
+                let mappers = picker
+                    .listed()
+                    .into_iter()
+                    .map(|table| self.catalog.table_mapper(&settings, topic, table))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(Fatal::Other)?;
+                tracing::info!(%topic, table = %settings.table, "new topic routed by record");
+                Route::by_record(topic.clone(), &settings, picker, mappers)
+            }
+        };
+        for target in &mut route.targets {
+            target.slot = self.next_slot;
+            self.next_slot += 1;
+        }
+        self.routes.push(route);
         self.route_index
             .insert(topic.clone(), self.routes.len() - 1);
         Ok(self.routes.len() - 1)

@@ -846,3 +846,124 @@ async fn without_auto_evolve_a_new_field_is_ignored() {
         .collect();
     assert_eq!(db.rows_as_text("products", &columns).await, expected);
 }
+
+/// Connect times of day and durations create `time` and `interval` columns (schema v2's
+/// `NanoTime` adds one mid-stream), and every value lands as PostgreSQL reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn times_and_durations_create_time_and_interval_columns() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(1).await;
+    let schema = |v2: bool| {
+        format!(
+            r#"{{"type":"struct","name":"span","optional":false,"fields":[
+            {{"field":"id","type":"int32","optional":false}},
+            {{"field":"d","type":"int64","optional":true,"name":"io.debezium.time.MicroDuration","version":1}},
+            {{"field":"s","type":"string","optional":true,"name":"io.debezium.time.Interval","version":1}},
+            {{"field":"t","type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1}},
+            {{"field":"tm","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1}}{}]}}"#,
+            if v2 {
+                r#",{"field":"tn","type":"int64","optional":true,"name":"io.debezium.time.NanoTime","version":1}"#
+            } else {
+                ""
+            }
+        )
+    };
+    let records = vec![
+        RawRecord::json(
+            0,
+            &format!(
+                r#"{{"schema":{},"payload":{{"id":1,"d":93784500000,"s":"P1Y2M3DT4H5M6.78S","t":45296789012,"tm":45296789}}}}"#,
+                schema(false)
+            ),
+        ),
+        RawRecord::json(
+            0,
+            &format!(
+                r#"{{"schema":{},"payload":{{"id":2,"d":-1500000,"s":"P0Y0M-1DT0H0M0S","t":86400000000,"tm":0,"tn":86399999999000}}}}"#,
+                schema(true)
+            ),
+        ),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "spans");
+    config.topic_settings =
+        "format = \"connect-json\"\nauto_create = true\nauto_evolve = \"add_columns\"".into();
+    config.metadata = String::new();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+    let s = |v: &str| v.to_string();
+    assert_eq!(
+        columns_of(&db, "spans").await,
+        vec![
+            (s("id"), s("integer"), true),
+            (s("d"), s("interval"), false),
+            (s("s"), s("interval"), false),
+            (s("t"), s("time without time zone"), false),
+            (s("tm"), s("time without time zone"), false),
+            (s("tn"), s("time without time zone"), false),
+        ]
+    );
+    let text = |v: &str| Some(v.to_string());
+    assert_eq!(
+        db.rows_as_text("spans", &["id", "d", "s", "t", "tm", "tn"])
+            .await,
+        vec![
+            vec![
+                text("1"),
+                text("26:03:04.5"),
+                text("1 year 2 mons 3 days 04:05:06.78"),
+                text("12:34:56.789012"),
+                text("12:34:56.789"),
+                None,
+            ],
+            vec![
+                text("2"),
+                text("-00:00:01.5"),
+                text("-1 days"),
+                text("24:00:00"),
+                text("00:00:00"),
+                text("23:59:59.999999"),
+            ],
+        ]
+    );
+    assert!(ddl_committed_with_rows(&db, "spans", Some("tn")).await);
+}
+
+/// `auto_create` on a topic routed by record is refused at startup, saying why: a name a record
+/// gives never makes the sink create a table.
+#[tokio::test(flavor = "multi_thread")]
+async fn table_from_with_auto_create_is_refused_at_startup() {
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(1).await;
+    produce_raw(
+        &producer(),
+        &topic.name,
+        &[RawRecord {
+            headers: vec![(b"table".to_vec(), Some(b"routed_a".to_vec()))],
+            ..RawRecord::json(
+                0,
+                r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int32"}]},"payload":{"id":1}}"#,
+            )
+        }],
+    )
+    .await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "{}");
+    config.topic_settings = "format = \"connect-json\"\ntable_from = { header = \"table\" }\ntables = [\"routed_a\"]\nauto_create = true".into();
+    let mut sink = Sink::start(&config, "sink");
+    let status = sink
+        .wait_timeout(Duration::from_secs(30))
+        .expect("the sink stops at startup");
+    assert!(!status.success());
+    let logs = sink.logs();
+    assert!(
+        logs.contains("table_from") && logs.contains("create them yourself"),
+        "{}",
+        sink.logs_tail(10)
+    );
+    let created: bool = sqlx::query_scalar("SELECT to_regclass('routed_a') IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!created, "no table is created for a routed name");
+}

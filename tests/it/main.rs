@@ -1,6 +1,7 @@
 //! Integration tests: the real binary against a real Kafka broker and a real PostgreSQL.
 //! Each test makes its own database and topics, so they run in parallel.
 
+mod alerts;
 mod arrays;
 mod avro;
 mod bad_input;
@@ -11,6 +12,7 @@ mod crash;
 mod ddl;
 mod dead_letters;
 mod delivery;
+mod deploy;
 mod faults;
 mod formats;
 mod helpers;
@@ -19,13 +21,16 @@ mod mapping;
 mod metrics;
 mod operations;
 mod out_of_range;
+mod partitioned;
 mod positions;
 mod protobuf;
 mod rebalance;
 mod registry;
 mod rejected;
 mod restarts;
+mod routing;
 mod security;
 mod supervision;
+mod types;
 mod upsert;
 mod zombie;

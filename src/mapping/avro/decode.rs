@@ -16,8 +16,8 @@ use base64::Engine as _;
 
 use super::program::{Blob, Number, Step, Text};
 use super::write::{
-    push_int, write_date, write_decimal, write_float, write_json_string, write_str,
-    write_time_of_day, write_timestamp,
+    push_int, write_date, write_decimal, write_float, write_json_string, write_micro_duration,
+    write_str, write_time_of_day, write_timestamp,
 };
 use super::{AvroTranscoder, Payload, MAX_ALLOCATION_BYTES, MAX_JSON_DEPTH};
 
@@ -347,6 +347,7 @@ pub(super) fn write_number(n: i64, number: Number, out: &mut String) -> Result<(
         Number::Plain => push_int(out, n),
         Number::Days => write_date(n, out)?,
         Number::TimeOfDay(unit) => write_time_of_day(n, unit, out)?,
+        Number::MicroDuration => write_micro_duration(n, out),
         Number::Epoch { unit, zone } => write_timestamp(n, unit, zone, out)?,
     }
     Ok(())

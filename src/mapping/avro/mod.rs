@@ -112,6 +112,9 @@ enum Node {
     Epoch { unit: Unit, zone: bool },
     /// An integer counting `unit`s since midnight.
     TimeOfDay(Unit),
+    /// An integer counting microseconds of a duration (Debezium's `MicroDuration`): written
+    /// as an ISO 8601 duration, which says its unit.
+    MicroDuration,
     /// A string holding JSON text (`io.debezium.data.Json`): written as that JSON.
     JsonText,
     /// A `fixed` of 16 bytes with `logicalType: uuid`, which apache-avro 0.21 would read as
@@ -603,6 +606,26 @@ mod tests {
         assert_eq!(
             transcode(two, value).unwrap(),
             r#"{"a":{"d":"1970-01-02"},"b":{"d":2},"c":{"d":"1970-01-04"},"e":{"d":4}}"#
+        );
+    }
+
+    #[test]
+    fn debezium_micro_durations_become_iso_8601_seconds() {
+        let schema = r#"{"type":"record","name":"R","fields":[
+            {"name":"d","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroDuration"}},
+            {"name":"maybe","type":["null",{"type":"long","connect.name":"io.debezium.time.MicroDuration"}],"default":null}]}"#;
+        let value = |d: i64, maybe: Value| record(vec![("d", Value::Long(d)), ("maybe", maybe)]);
+        assert_eq!(
+            transcode(
+                schema,
+                value(93_784_500_000, some(1, Value::Long(-1_500_000)))
+            )
+            .unwrap(),
+            r#"{"d":"PT93784.500000S","maybe":"PT-1.500000S"}"#
+        );
+        assert_eq!(
+            transcode(schema, value(i64::MIN, some(0, Value::Null))).unwrap(),
+            r#"{"d":"PT-9223372036854.775808S","maybe":null}"#
         );
     }
 

@@ -157,6 +157,7 @@ pub(super) fn primitive(connect: &str, logical: &str, o: &serde_json::Map<String
         }
         "io.debezium.time.MicroTime" => Node::TimeOfDay(Unit::Micros),
         "io.debezium.time.NanoTime" => Node::TimeOfDay(Unit::Nanos),
+        "io.debezium.time.MicroDuration" => Node::MicroDuration,
         "io.debezium.data.Json" => Node::JsonText,
         "org.apache.kafka.connect.data.Decimal" => Node::Decimal {
             scale: connect_scale(o),

@@ -60,6 +60,8 @@ pub(super) enum Number {
     Days,
     /// Units since midnight.
     TimeOfDay(Unit),
+    /// Microseconds of a duration.
+    MicroDuration,
     /// Units since the epoch; `zone`: an instant.
     Epoch {
         unit: Unit,
@@ -248,6 +250,7 @@ pub(super) fn number_of(hint: &Node) -> Number {
     match hint {
         Node::Days => Number::Days,
         Node::TimeOfDay(unit) => Number::TimeOfDay(*unit),
+        Node::MicroDuration => Number::MicroDuration,
         Node::Epoch { unit, zone } => Number::Epoch {
             unit: *unit,
             zone: *zone,

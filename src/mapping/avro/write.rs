@@ -214,3 +214,14 @@ pub(super) fn write_time_of_day(n: i64, unit: Unit, out: &mut String) -> Result<
     out.push('"');
     Ok(())
 }
+
+/// Microseconds of a duration as ISO 8601 seconds (`PT-1.500000S`), so the interval
+/// converter reads it without being told a unit.
+pub(super) fn write_micro_duration(n: i64, out: &mut String) {
+    let us = n.unsigned_abs();
+    out.push_str(if n < 0 { "\"PT-" } else { "\"PT" });
+    push_digits(out, us / 1_000_000, 1);
+    out.push('.');
+    push_digits(out, us % 1_000_000, 6);
+    out.push_str("S\"");
+}

@@ -138,6 +138,7 @@ mod tests {
             sql_type: format!("{ty:?}").to_lowercase(),
             not_null: false,
             has_default: false,
+            default_sql: None,
         };
         let mut copy = CopyBuffer::new();
         let mark = copy.begin_row(1);

@@ -87,6 +87,12 @@ fn accepted(ty: ColumnType) -> Shapes {
         T::Uuid => Shapes::STRING.or(Shapes::UUID),
         // Base64 strings only.
         T::Bytea => Shapes::STRING,
+        // `HH:MM:SS` strings, or integers since midnight in a stated unit.
+        T::Time | T::Timetz => Shapes::NUMBER.or(Shapes::STRING).or(Shapes::TIME_OF_DAY),
+        // ISO 8601 strings, integers in a stated unit, Avro's `duration` object.
+        T::Interval => Shapes::NUMBER.or(Shapes::STRING).or(Shapes::OBJECT),
+        // Address strings only.
+        T::Inet | T::Cidr | T::Macaddr | T::Macaddr8 => Shapes::STRING,
         // Only a JSON array; its elements are not held against the element type here.
         T::Array(_) => Shapes::ARRAY,
     }
@@ -257,6 +263,8 @@ fn avro_shapes(root: &Value, ty: &Value, depth: usize) -> Shapes {
                     | "io.debezium.time.NanoTimestamp"
                     | "org.apache.kafka.connect.data.Timestamp",
                 ) => Shapes::TIMESTAMP,
+                // Written as an ISO 8601 duration string.
+                ("long", _, "io.debezium.time.MicroDuration") => Shapes::STRING,
                 ("string", "uuid", _) => Shapes::UUID,
                 // A decimal whose attributes apache-avro refuses is decoded as plain bytes.
                 ("bytes" | "fixed", "decimal" | "big-decimal", _)
@@ -391,6 +399,7 @@ mod tests {
             sql_type: format!("{ty:?}").to_lowercase(),
             not_null,
             has_default: false,
+            default_sql: None,
         }
     }
 
@@ -460,6 +469,45 @@ mod tests {
             .filter(|n| !never(&f, ints).contains(n))
             .collect();
         assert_eq!(fitting, ["tags", "doc"]);
+    }
+
+    #[test]
+    fn times_of_day_intervals_and_addresses_take_only_what_can_convert() {
+        let f = types(SchemaKind::Avro, AVRO, false);
+        // A time column takes times of day, strings and integers (with a unit), never a date,
+        // a timestamp, a UUID, a boolean or a structure.
+        let time = [
+            "flag", "day", "at", "id", "tags", "attrs", "inner", "maybe", "cdate",
+        ];
+        assert_eq!(never(&f, ColumnType::Time), time);
+        assert_eq!(never(&f, ColumnType::Timetz), time);
+        // An interval also takes an object (Avro's duration), never a time of day.
+        assert_eq!(
+            never(&f, ColumnType::Interval),
+            ["flag", "day", "at", "tod", "id", "tags", "maybe", "cdate"]
+        );
+        // Addresses are strings only.
+        let address = [
+            "flag", "n", "x", "day", "at", "tod", "id", "tags", "attrs", "inner", "maybe", "cdate",
+            "vsd",
+        ];
+        for ty in [
+            ColumnType::Inet,
+            ColumnType::Cidr,
+            ColumnType::Macaddr,
+            ColumnType::Macaddr8,
+        ] {
+            assert_eq!(never(&f, ty), address, "{ty:?}");
+        }
+        // Debezium's MicroDuration is written as an ISO 8601 string.
+        let d = types(
+            SchemaKind::Avro,
+            r#"{"type":"record","name":"D","fields":[
+              {"name":"d","type":{"type":"long","connect.name":"io.debezium.time.MicroDuration"}}]}"#,
+            false,
+        );
+        assert_eq!(d[0].shapes, Shapes::STRING);
+        assert!(never(&d, ColumnType::Interval).is_empty());
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! The statements that apply a batch's staged upserts and deletes to their table.
+//!
+//! Staged rows have every column, their record's ordinal in the batch and a presence mask of
+//! the columns the record carried. Per key, the last record wins; a record that left a column
+//! out neither sets nor clears it, even when another record of the batch carried it.
+
+use crate::mapping::Presence;
+use crate::schema::{quote_ident, ColumnType, Table};
+
+/// The ordinal column of staging tables: a record's position in its batch.
+pub(crate) const ORDINAL: &str = "__kps_ord";
+
+/// The presence mask column of upsert staging: bit `i` set when the record carried column `i`.
+pub(crate) const MASK: &str = "__kps_mask";
+
+/// One table's upsert merge, as its parts need it.
+pub(crate) struct Merge<'a> {
+    pub(crate) table: &'a Table,
+    /// Key column indices.
+    pub(crate) keys: &'a [u16],
+    /// Staging tables of upserts and deletes.
+    pub(crate) upserts: &'a str,
+    pub(crate) deletes: &'a str,
+    /// Which columns the staged rows carried.
+    pub(crate) presence: &'a Presence,
+    /// Whether deletes were staged.
+    pub(crate) has_deletes: bool,
+}
+
+impl Merge<'_> {
+    /// The delete (first: a record after a delete starts a fresh row) and the merge.
+    pub(crate) fn statements(&self) -> Vec<String> {
+        let mut statements = Vec::new();
+        if self.has_deletes {
+            // A partial record after the delete must not inherit the deleted row's other
+            // columns, so the row cannot merely be updated.
+            statements.push(format!(
+                "DELETE FROM {target} t USING (SELECT DISTINCT {keys} FROM {del}) d WHERE {t_d}",
+                target = self.table.qualified(),
+                keys = self.key_names().join(", "),
+                del = self.deletes,
+                t_d = self.key_match("t", "d"),
+            ));
+        }
+        match self.presence.uniform() {
+            Some(columns) => statements.push(self.uniform(columns)),
+            None if !self.presence.is_empty() => statements.push(self.column_by_column()),
+            // Only deletes were staged.
+            None => {}
+        }
+        statements
+    }
+
+    /// Every row carried `columns`: the last row per key is inserted or updates those
+    /// columns, which is one `INSERT … ON CONFLICT`.
+    fn uniform(&self, columns: &[u16]) -> String {
+        let names: Vec<String> = columns.iter().map(|&c| self.name(c)).collect();
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !self.keys.contains(c))
+            .map(|&c| format!("{0} = EXCLUDED.{0}", self.name(c)))
+            .collect();
+        let action = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let keys = self.key_names().join(", ");
+        format!(
+            "INSERT INTO {target} ({cols}) SELECT {cols} FROM \
+             (SELECT DISTINCT ON ({keys}) * FROM {ups} ORDER BY {keys}, {ord} DESC) s{superseded} \
+             ON CONFLICT ({keys}) {action}",
+            target = self.table.qualified(),
+            cols = names.join(", "),
+            ups = self.upserts,
+            ord = quote_ident(ORDINAL),
+            superseded = self.superseded("s"),
+        )
+    }
+
+    /// Rows carried different columns: per key and column, the value of the last row that
+    /// carried the column. Existing rows are updated in those columns only; new keys are
+    /// inserted with the column's default where no row carried it — one statement, so the
+    /// update's keys are known to the insert.
+    fn column_by_column(&self) -> String {
+        let ord = quote_ident(ORDINAL);
+        let mask = quote_ident(MASK);
+        let key_names = self.key_names();
+        let values: Vec<u16> = (0..self.table.columns.len() as u16)
+            .filter(|c| !self.keys.contains(c) && self.presence.carried_by_any(*c))
+            .collect();
+        let mut folded = key_names
+            .iter()
+            .map(|k| format!("u.{k}"))
+            .collect::<Vec<_>>();
+        for &c in &values {
+            let carried = format!("get_bit(u.{mask}, {c}) = 1");
+            folded.push(format!("bool_or({carried}) AS p{c}"));
+            // An array column's values cannot be gathered into an array of arrays of
+            // different lengths: its rows are gathered whole, as the staging row type.
+            folded.push(
+                if matches!(self.table.columns[c as usize].ty, ColumnType::Array(_)) {
+                    format!(
+                        "((array_agg(u ORDER BY u.{ord} DESC) FILTER (WHERE {carried}))[1]).{} AS v{c}",
+                        self.name(c)
+                    )
+                } else {
+                    format!(
+                        "(array_agg(u.{} ORDER BY u.{ord} DESC) FILTER (WHERE {carried}))[1] AS v{c}",
+                        self.name(c)
+                    )
+                },
+            );
+        }
+        let sets: Vec<String> = values
+            .iter()
+            .map(|&c| {
+                format!(
+                    "{0} = CASE WHEN f.p{c} THEN f.v{c} ELSE t.{0} END",
+                    self.name(c)
+                )
+            })
+            .collect();
+        let mut inserted = key_names.clone();
+        inserted.extend(values.iter().map(|&c| self.name(c)));
+        let mut inserts = key_names
+            .iter()
+            .map(|k| format!("f.{k}"))
+            .collect::<Vec<_>>();
+        inserts.extend(values.iter().map(|&c| {
+            match &self.table.columns[c as usize].default_sql {
+                // The default is PostgreSQL's own rendering of the column's default.
+                Some(default) => format!("CASE WHEN f.p{c} THEN f.v{c} ELSE ({default}) END"),
+                None => format!("f.v{c}"),
+            }
+        }));
+        let update = if sets.is_empty() {
+            // Key-only rows: nothing to update, but the keys that exist must not be inserted.
+            format!(
+                "SELECT {t_keys} FROM {target} t JOIN f ON {t_f}",
+                t_keys = key_names
+                    .iter()
+                    .map(|k| format!("t.{k}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                target = self.table.qualified(),
+                t_f = self.key_match("t", "f"),
+            )
+        } else {
+            format!(
+                "UPDATE {target} t SET {sets} FROM f WHERE {t_f} RETURNING {t_keys}",
+                target = self.table.qualified(),
+                sets = sets.join(", "),
+                t_f = self.key_match("t", "f"),
+                t_keys = key_names
+                    .iter()
+                    .map(|k| format!("t.{k}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        };
+        format!(
+            "WITH f AS (SELECT {folded} FROM {ups} u{superseded} GROUP BY {u_keys}), \
+             updated AS ({update}) \
+             INSERT INTO {target} ({inserted}) SELECT {inserts} FROM f \
+             WHERE NOT EXISTS (SELECT 1 FROM updated WHERE {updated_f})",
+            folded = folded.join(", "),
+            ups = self.upserts,
+            superseded = self.superseded("u"),
+            u_keys = key_names
+                .iter()
+                .map(|k| format!("u.{k}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            target = self.table.qualified(),
+            inserted = inserted.join(", "),
+            inserts = inserts.join(", "),
+            updated_f = self.key_match("updated", "f"),
+        )
+    }
+
+    /// A staged row followed by a delete of its key in the same batch is not merged.
+    fn superseded(&self, alias: &str) -> String {
+        if !self.has_deletes {
+            return String::new();
+        }
+        format!(
+            " WHERE NOT EXISTS (SELECT 1 FROM {del} d WHERE {a_d} AND d.{ord} > {alias}.{ord})",
+            del = self.deletes,
+            a_d = self.key_match(alias, "d"),
+            ord = quote_ident(ORDINAL),
+        )
+    }
+
+    fn key_names(&self) -> Vec<String> {
+        self.keys.iter().map(|&k| self.name(k)).collect()
+    }
+
+    fn name(&self, c: u16) -> String {
+        quote_ident(&self.table.columns[c as usize].name)
+    }
+
+    fn key_match(&self, a: &str, b: &str) -> String {
+        self.key_names()
+            .iter()
+            .map(|k| format!("{a}.{k} = {b}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    }
+}

@@ -1,0 +1,368 @@
+//! Routing by record: a topic whose records each name their table (`table_from`), in a header
+//! or a field of the value, so one topic can feed several tables (a multi-table CDC topic).
+//!
+//! The name a record gives goes through the topic's `table` template (`{}` is the name) and
+//! must then be in the allow-list (`tables`) or match `table_pattern` **before** any catalog
+//! lookup: a record can never make the sink describe, let alone create, a table nobody listed.
+//! Everything here is pure; the pipeline keeps one mapping per table it met.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use regex::Regex;
+
+use crate::config::table_from::{MAX_IDENTIFIER_BYTES, PLACEHOLDER};
+use crate::config::{RecordFormat, TableFrom, TopicSettings};
+use crate::mapping::TopicMapper;
+use crate::record::RecordView;
+
+/// Which tables a routed topic may write.
+#[derive(Debug)]
+enum Allowed {
+    List(HashSet<String>),
+    /// Anchored at both ends: a prefix match would let `orders_x; …` names through.
+    Pattern(Regex),
+}
+
+/// How a routed topic's records pick their table.
+#[derive(Debug)]
+pub struct TablePicker {
+    from: TableFrom,
+    /// The field's pointer, parsed once.
+    pointer: String,
+    template: String,
+    allowed: Allowed,
+    /// Connect JSON and Debezium: a value in the `{"schema", "payload"}` envelope is read from
+    /// its payload, as the mapping reads it, so one pointer fits both converter settings.
+    in_payload: bool,
+    /// Debezium follows each delete with a tombstone, which names no table; the `d` before it
+    /// already deleted the row, so it is taken as nothing rather than as an error.
+    skip_tombstones: bool,
+}
+
+/// Why a record names no table it may write: a `routing` dead letter, or a stop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RouteError(pub String);
+
+/// What a record's routing comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Picked {
+    /// The table, allowed, as it will be looked up.
+    Table(String),
+    /// A Debezium tombstone without a name: nothing to write, its offset still advances.
+    Nothing,
+}
+
+impl TablePicker {
+    /// The picker of a topic with `table_from`; `None` without. The settings were validated
+    /// (`validate`), so this only compiles the pattern.
+    pub fn new(settings: &TopicSettings) -> Result<Option<Self>, String> {
+        let Some(from) = settings.table_from.clone() else {
+            return Ok(None);
+        };
+        crate::config::table_from::validate(settings)?;
+        let allowed = match &settings.table_pattern {
+            Some(p) => Allowed::Pattern(
+                Regex::new(&format!("^(?:{p})$"))
+                    .map_err(|e| format!("topic {}: table_pattern {p:?}: {e}", settings.label()))?,
+            ),
+            None => Allowed::List(settings.tables.iter().cloned().collect()),
+        };
+        let pointer = match &from {
+            TableFrom::Field(p) => p.clone(),
+            TableFrom::Header(_) => String::new(),
+        };
+        Ok(Some(Self {
+            from,
+            pointer,
+            template: settings.table.clone(),
+            allowed,
+            in_payload: matches!(
+                settings.format,
+                RecordFormat::Debezium | RecordFormat::ConnectJson
+            ),
+            skip_tombstones: settings.format == RecordFormat::Debezium,
+        }))
+    }
+
+    /// Whether headers must be collected for the records.
+    pub fn needs_headers(&self) -> bool {
+        matches!(self.from, TableFrom::Header(_))
+    }
+
+    /// For `check`: where records name their table and which tables they may name.
+    pub fn describe(&self) -> String {
+        let from = match &self.from {
+            TableFrom::Header(h) => format!("header {h:?}"),
+            TableFrom::Field(p) => format!("field {p:?}"),
+        };
+        match &self.allowed {
+            Allowed::List(_) => format!(
+                "{from} through {:?}, one of tables [{}]",
+                self.template,
+                self.listed().join(", ")
+            ),
+            Allowed::Pattern(re) => format!(
+                "{from} through {:?}, matching {:?} (each described when a record first names it)",
+                self.template,
+                re.as_str()
+            ),
+        }
+    }
+
+    /// The tables named in the allow-list (empty with a pattern), for startup and `check`.
+    pub fn listed(&self) -> Vec<&str> {
+        match &self.allowed {
+            Allowed::List(names) => {
+                let mut v: Vec<&str> = names.iter().map(String::as_str).collect();
+                v.sort_unstable();
+                v
+            }
+            Allowed::Pattern(_) => Vec::new(),
+        }
+    }
+
+    /// The table `record` names, checked against the allow-list; an error (a `routing` dead
+    /// letter) when it names none, an unusable one, or one outside the list.
+    pub fn pick(&self, record: &RecordView<'_>) -> Result<Picked, RouteError> {
+        let err = |why: String| Err(RouteError(why));
+        let name = match &self.from {
+            TableFrom::Header(header) => {
+                match record
+                    .headers
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| *k == header.as_bytes())
+                {
+                    Some((_, Some(value))) => match std::str::from_utf8(value) {
+                        Ok(s) => s.to_string(),
+                        Err(_) => return err(format!("header {header:?} is not UTF-8")),
+                    },
+                    Some((_, None)) => return err(format!("header {header:?} is null")),
+                    None if record.value.is_none() && self.skip_tombstones => {
+                        return Ok(Picked::Nothing)
+                    }
+                    None => return err(format!("the record has no header {header:?}")),
+                }
+            }
+            TableFrom::Field(_) => match record.value {
+                None if self.skip_tombstones => return Ok(Picked::Nothing),
+                None => {
+                    return err("the record has no value (a tombstone) to name its table".into())
+                }
+                Some(value) => self.field(value)?,
+            },
+        };
+        if name.is_empty() {
+            return err("the record names an empty table".into());
+        }
+        if name.contains('\0') {
+            return err(format!(
+                "the table name the record gives holds NUL: {:?}",
+                crate::pgtext::escape_nul(&name)
+            ));
+        }
+        let table = self.template.replace(PLACEHOLDER, &name);
+        if table.len() > MAX_IDENTIFIER_BYTES {
+            return err(format!(
+                "table {table:?} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES} bytes"
+            ));
+        }
+        let allowed = match &self.allowed {
+            Allowed::List(names) => names.contains(&table),
+            Allowed::Pattern(re) => re.is_match(&table),
+        };
+        if !allowed {
+            let list = match &self.allowed {
+                Allowed::List(_) => format!("tables = [{}]", self.listed().join(", ")),
+                Allowed::Pattern(re) => format!("table_pattern {:?}", re.as_str()),
+            };
+            return err(format!(
+                "the record names table {table:?}, which is not in {list}"
+            ));
+        }
+        Ok(Picked::Table(table))
+    }
+
+    /// The string at the field's pointer in the value (as produced: JSON).
+    fn field(&self, value: &[u8]) -> Result<String, RouteError> {
+        let err = |why: String| Err(RouteError(why));
+        let doc: serde_json::Value = match serde_json::from_slice(value) {
+            Ok(doc) => doc,
+            Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+        };
+        let doc = match doc {
+            serde_json::Value::Object(mut top)
+                if self.in_payload && top.contains_key("payload") =>
+            {
+                top.remove("payload").unwrap_or_default()
+            }
+            doc => doc,
+        };
+        match doc.pointer(&self.pointer) {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            Some(serde_json::Value::Null) | None => err(format!(
+                "the value has no {:?} to name its table",
+                self.pointer
+            )),
+            Some(other) => err(format!(
+                "{:?} is {}, not a table name",
+                self.pointer,
+                kind(other)
+            )),
+        }
+    }
+}
+
+/// The mapping of a routed topic's records onto `table`, one its records named (and the
+/// picker allowed), in the topic's schema. Not `TopicMapper::load`: that resolves the topic's
+/// own table name, which a routed topic does not have.
+pub async fn load_mapper(
+    pool: &sqlx::PgPool,
+    settings: &TopicSettings,
+    topic: &str,
+    table: &str,
+) -> anyhow::Result<TopicMapper> {
+    let described = crate::schema::describe(pool, &settings.schema, table)
+        .await
+        .with_context(|| format!("topic {topic:?}, table {table:?} named by its records"))?;
+    Ok(TopicMapper::new(settings, Arc::new(described))?)
+}
+
+/// For `check`: the mapping of each table a routed topic lists, labelled `schema.table`.
+pub async fn load_listed(
+    pool: &sqlx::PgPool,
+    settings: &TopicSettings,
+    topic: &str,
+    picker: &TablePicker,
+) -> Vec<(Option<String>, anyhow::Result<TopicMapper>)> {
+    let mut loaded = Vec::new();
+    for table in picker.listed() {
+        let m = load_mapper(pool, settings, topic, table).await;
+        loaded.push((Some(format!("{}.{table}", settings.schema)), m));
+    }
+    loaded
+}
+
+/// For messages.
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+        _ => "a string",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::{Format, Toml};
+
+    fn settings(toml: &str) -> TopicSettings {
+        figment::Figment::from(Toml::string(toml))
+            .extract::<TopicSettings>()
+            .unwrap()
+    }
+
+    fn view<'a>(
+        value: Option<&'a [u8]>,
+        headers: &'a [crate::headers::Header<'a>],
+    ) -> RecordView<'a> {
+        RecordView {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            timestamp: None,
+            key: None,
+            value,
+            headers,
+        }
+    }
+
+    fn routing(e: Result<Picked, RouteError>) -> String {
+        match e {
+            Err(RouteError(why)) => why,
+            other => panic!("expected a routing error, got {other:?}"),
+        }
+    }
+
+    /// A header names the table through the template; names outside the list, and values
+    /// that are not UTF-8, hold NUL, are null, missing or too long, are routing errors.
+    #[test]
+    fn a_header_names_a_listed_table_and_anything_else_is_refused() {
+        let p = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "cdc_{}"
+               table_from = { header = "table" }
+               tables = ["cdc_a", "cdc_b"]"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(p.needs_headers());
+        let h: &[crate::headers::Header] = &[(b"table", Some(b"x")), (b"table", Some(b"b"))];
+        assert_eq!(
+            p.pick(&view(Some(b"{}"), h)),
+            Ok(Picked::Table("cdc_b".into())),
+            "the last header of the name wins"
+        );
+        let outside = routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b"c"))])));
+        assert!(
+            outside.contains("\"cdc_c\"") && outside.contains("cdc_a, cdc_b"),
+            "{outside}"
+        );
+        assert!(
+            routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b"\xff"))]))).contains("not UTF-8")
+        );
+        assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b"a\0"))]))).contains("NUL"));
+        assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", None)]))).contains("null"));
+        assert!(routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(b""))]))).contains("empty"));
+        assert!(routing(p.pick(&view(Some(b"{}"), &[]))).contains("no header"));
+        assert!(routing(p.pick(&view(None, &[]))).contains("no header"));
+        let long = "a".repeat(70);
+        assert!(
+            routing(p.pick(&view(Some(b"{}"), &[(b"table", Some(long.as_bytes()))])))
+                .contains("63 bytes")
+        );
+    }
+
+    /// A field (Debezium's `/source/table`) names the table; a pattern is matched whole; a
+    /// Debezium tombstone names nothing and is taken as nothing; a value that is not JSON or
+    /// lacks the field, or holds a non-string, is a routing error.
+    #[test]
+    fn a_field_names_a_table_matching_the_whole_pattern() {
+        let p = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "{}"
+               format = "debezium"
+               table_from = { field = "/source/table" }
+               table_pattern = "inv_[a-z]+""#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(!p.needs_headers());
+        let ev = br#"{"op":"c","after":{},"source":{"table":"inv_items"}}"#;
+        assert_eq!(
+            p.pick(&view(Some(ev), &[])),
+            Ok(Picked::Table("inv_items".into()))
+        );
+        let prefixed = br#"{"source":{"table":"inv_items2"}}"#;
+        assert!(routing(p.pick(&view(Some(prefixed), &[]))).contains("table_pattern"));
+        let wrapped = br#"{"schema":null,"payload":{"op":"c","source":{"table":"inv_orders"}}}"#;
+        assert_eq!(
+            p.pick(&view(Some(wrapped), &[])),
+            Ok(Picked::Table("inv_orders".into())),
+            "a Connect envelope is read from its payload"
+        );
+        assert_eq!(p.pick(&view(None, &[])), Ok(Picked::Nothing));
+        assert!(routing(p.pick(&view(Some(b"{oops"), &[]))).contains("not JSON"));
+        assert!(routing(p.pick(&view(Some(b"{\"source\":{}}"), &[]))).contains("/source/table"));
+        assert!(
+            routing(p.pick(&view(Some(br#"{"source":{"table":7}}"#), &[]))).contains("a number")
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! `deploy/`: the Helm chart and the KEDA examples, checked by `deploy/check.sh` with real
+//! tools (helm, kubernetes-validate with the Kubernetes JSON schemas, promtool), and the
+//! chart's rendered Deployment and hook read back for what README promises of them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// helm as scripts/ops-tools.sh installs it; missing, the test fails saying how to get it.
+fn helm() -> PathBuf {
+    let tools = std::env::var_os("KPS_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/kafka-pg-sink/tools")
+        });
+    let helm = tools.join("bin/helm");
+    assert!(
+        helm.is_file(),
+        "{} is missing: run scripts/ops-tools.sh (scripts/dev-services.sh up runs it)",
+        helm.display()
+    );
+    helm
+}
+
+/// The chart rendered with `args`; (success, stdout, stderr).
+fn render(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "kafka-pg-sink",
+            "deploy/helm/kafka-pg-sink",
+            "--kube-version",
+            "1.33.0",
+        ])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run helm");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One rendered manifest by kind (the chart renders one of each).
+fn manifest<'a>(rendered: &'a str, kind: &str) -> &'a str {
+    rendered
+        .split("\n---")
+        .find(|doc| doc.contains(&format!("\nkind: {kind}\n")))
+        .unwrap_or_else(|| panic!("no {kind} in the chart:\n{rendered}"))
+}
+
+/// `deploy/check.sh` passes: lint, four renders each valid against the Kubernetes schemas
+/// (strict: an unknown field is an error), more replicas than partitions refused, the KEDA
+/// examples consistent with the chart and the `kafka_lag` view, the alert rules and their
+/// unit tests.
+#[test]
+fn deploy_check_validates_the_chart_the_keda_examples_and_the_alerts() {
+    helm();
+    let out = Command::new(root().join("deploy/check.sh"))
+        .current_dir(root())
+        .output()
+        .expect("run deploy/check.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "deploy/check.sh failed:\n{stdout}{stderr}"
+    );
+    for line in [
+        "chart (defaults) renders and validates",
+        "chart (everything) renders and validates",
+        "chart (kafka-secret) renders and validates",
+        "chart (no-hooks) renders and validates",
+        "chart refuses more replicas than partitions",
+        "KEDA examples match the chart and the kafka_lag view",
+        "all of deploy/ is valid",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "deploy/check.sh did not say {line:?}:\n{stdout}"
+        );
+    }
+}
+
+/// The rendered chart: the config as a ConfigMap mounted where `run --config` reads it,
+/// secrets only through `secretKeyRef`, liveness on /health and readiness on /ready, a
+/// PodDisruptionBudget, `migrate` as a pre-install/pre-upgrade hook Job with the database
+/// URL alone, no surge on rollouts, and more replicas than partitions refused.
+#[test]
+fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas() {
+    let (ok, rendered, stderr) = render(&["--set", "serviceMonitor.enabled=true"]);
+    assert!(ok, "{stderr}");
+
+    let config = manifest(&rendered, "ConfigMap");
+    assert!(config.contains("sink.toml: |"), "{config}");
+    assert!(config.contains("url = \"${DATABASE_URL}\""), "{config}");
+
+    let deployment = manifest(&rendered, "Deployment");
+    for expected in [
+        "args: [\"run\", \"--config\", \"/etc/kafka-pg-sink/sink.toml\"]",
+        "mountPath: /etc/kafka-pg-sink",
+        "path: /health",
+        "path: /ready",
+        "secretKeyRef:\n                  name: kafka-pg-sink-db\n                  key: url",
+        "value: \"0.0.0.0:9464\"",
+        "maxSurge: 0",
+        "maxUnavailable: 1",
+        "runAsNonRoot: true",
+        "checksum/config:",
+    ] {
+        assert!(
+            deployment.contains(expected),
+            "Deployment lacks {expected:?}:\n{deployment}"
+        );
+    }
+    let liveness = deployment.split("livenessProbe:").nth(1).unwrap();
+    assert!(liveness
+        .split("readinessProbe:")
+        .next()
+        .unwrap()
+        .contains("path: /health"));
+    let readiness = deployment.split("readinessProbe:").nth(1).unwrap();
+    assert!(readiness
+        .split("resources:")
+        .next()
+        .unwrap()
+        .contains("path: /ready"));
+    // No secret value is written into any manifest: only references.
+    assert!(
+        !rendered.contains("kind: Secret\n"),
+        "the chart must not create Secrets"
+    );
+
+    let job = manifest(&rendered, "Job");
+    assert!(
+        job.contains("\"helm.sh/hook\": pre-install,pre-upgrade"),
+        "{job}"
+    );
+    assert!(job.contains("args: [\"migrate\"]"), "{job}");
+    assert!(job.contains("name: DATABASE_URL"), "{job}");
+    assert!(
+        !job.contains("configMap"),
+        "the hook runs before the ConfigMap exists: {job}"
+    );
+
+    let pdb = manifest(&rendered, "PodDisruptionBudget");
+    assert!(pdb.contains("maxUnavailable: 1"), "{pdb}");
+    let monitor = manifest(&rendered, "ServiceMonitor");
+    assert!(monitor.contains("path: /metrics"), "{monitor}");
+
+    let (ok, _, stderr) = render(&["--set", "replicaCount=9", "--set", "partitions=8"]);
+    assert!(!ok, "9 replicas for 8 partitions were accepted");
+    assert!(stderr.contains("more than partitions"), "{stderr}");
+    let (ok, _, stderr) = render(&["--set", "replicaCount=8", "--set", "partitions=8"]);
+    assert!(ok, "as many replicas as partitions must render: {stderr}");
+}
