@@ -33,6 +33,9 @@ pub struct TableWrite {
     /// A partition whose rows from this offset on are left out: PostgreSQL refused the record
     /// there and the topic stops on errors, so its position rests on that record.
     pub left_out: Option<(i32, i64)>,
+    /// Schema changes (`auto_create`, `auto_evolve`) the rows need, run first in the
+    /// transaction so they commit or roll back with the rows.
+    pub ddl: Vec<crate::ddl::Step>,
 }
 
 /// One COPY stream of a table write.
@@ -247,6 +250,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             statements: Vec::new(),
             dead_letters,
             left_out: None,
+            ddl: Vec::new(),
         });
     };
     let staging = Staging::of(&table);
@@ -288,6 +292,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         statements,
         dead_letters,
         left_out: None,
+        ddl: Vec::new(),
     })
 }
 
@@ -298,18 +303,26 @@ struct Staging {
 }
 
 impl Staging {
-    /// Named by the table's oid: short and unique whatever the schema and table names, and
-    /// shared by every topic that writes the table.
+    /// Named by the table's oid and its shape: short and unique whatever the schema and table
+    /// names, shared by every topic that writes the table, and new when the table's columns
+    /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
     fn of(table: &Table) -> Self {
+        use std::hash::{Hash as _, Hasher as _};
+        // SipHash with fixed keys: the same shape gets the same name for the process's life.
+        let mut h = std::hash::DefaultHasher::new();
+        for c in &table.columns {
+            (&c.name, &c.sql_type).hash(&mut h);
+        }
+        let shape = h.finish() as u32;
+        let name = |kind: &str| {
+            format!(
+                "pg_temp.{}",
+                quote_ident(&format!("kps_{kind}_{}_{shape:08x}", table.oid))
+            )
+        };
         Self {
-            upserts: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_stage_{}", table.oid))
-            ),
-            deletes: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_delete_{}", table.oid))
-            ),
+            upserts: name("stage"),
+            deletes: name("delete"),
         }
     }
 
@@ -601,13 +614,13 @@ mod tests {
         for (write, folds) in [(&uniform.writes[0], false), (&varied.writes[0], true)] {
             assert_eq!(write.copies.len(), 1);
             assert_eq!(write.rows(), 2);
+            let staging = write.setup.as_ref().map(|(id, _)| id.as_str()).unwrap();
+            assert!(staging.starts_with("pg_temp.\"kps_stage_5_"), "{staging}");
             assert_eq!(
                 write.copies[0].statement,
-                r#"COPY pg_temp."kps_stage_5" ("id", "note", "__kps_ord", "__kps_mask") FROM STDIN (FORMAT binary)"#
-            );
-            assert_eq!(
-                write.setup.as_ref().map(|(id, _)| id.as_str()),
-                Some("pg_temp.\"kps_stage_5\"")
+                format!(
+                    r#"COPY {staging} ("id", "note", "__kps_ord", "__kps_mask") FROM STDIN (FORMAT binary)"#
+                )
             );
             let merge = &write.statements[0];
             assert_eq!(merge.contains("DISTINCT ON"), !folds, "{merge}");
@@ -617,5 +630,38 @@ mod tests {
             .contains("ON CONFLICT (\"id\") DO UPDATE SET \"note\" = EXCLUDED.\"note\""));
         // A new key whose records never carried `note` gets its default.
         assert!(varied.writes[0].statements[0].contains("ELSE ('default') END"));
+    }
+
+    /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a
+    /// session whose staging was made before the column makes them again with it; the same
+    /// shape keeps its names, and the delete staging follows the upsert staging.
+    #[test]
+    fn staging_is_named_by_the_tables_shape() {
+        let before = table("t", 5);
+        let mut after = (*before).clone();
+        after.columns.push(Column {
+            name: "email".into(),
+            ty: ColumnType::Text,
+            sql_type: "text".into(),
+            not_null: false,
+            has_default: true,
+            default_sql: None,
+        });
+        let (a, b, again) = (
+            Staging::of(&before),
+            Staging::of(&after),
+            Staging::of(&table("t", 5)),
+        );
+        assert_ne!(a.upserts, b.upserts);
+        assert_ne!(a.deletes, b.deletes);
+        assert_eq!(a.upserts, again.upserts);
+        assert_eq!(
+            a.deletes.replace("kps_delete_", "kps_stage_"),
+            a.upserts,
+            "{} {}",
+            a.deletes,
+            a.upserts
+        );
+        assert!(b.upserts.len() < 63, "{}", b.upserts);
     }
 }

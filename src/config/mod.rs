@@ -37,8 +37,8 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    ByteaEncoding, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError, RecordFormat, Sanitize,
-    TableFrom, TimeUnit, TopicSettings, WriteMode,
+    AutoEvolve, ByteaEncoding, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError,
+    RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -202,6 +202,9 @@ impl Settings {
             }
             if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
                 return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
+            }
+            if let Some(reason) = topic::schema_change_problem(topic) {
+                return invalid(format!("topic {label}: {reason}"));
             }
             match (topic.format, &topic.raw_column) {
                 (RecordFormat::Raw, None) => {
