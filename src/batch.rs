@@ -37,6 +37,9 @@ pub struct TableWrite {
     /// A partition whose rows from this offset on are left out: PostgreSQL refused the record
     /// there and the topic stops on errors, so its position rests on that record.
     pub left_out: Option<(i32, i64)>,
+    /// Schema changes (`auto_create`, `auto_evolve`) the rows need, run first in the
+    /// transaction so they commit or roll back with the rows.
+    pub ddl: Vec<crate::ddl::Step>,
 }
 
 /// One COPY stream of a table write.
@@ -260,6 +263,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             statements: Vec::new(),
             dead_letters,
             left_out: None,
+            ddl: Vec::new(),
         });
     };
     let staging = Staging::of(&table, rows.soft_delete.is_some());
@@ -295,6 +299,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             statements: Vec::new(),
             dead_letters,
             left_out: None,
+            ddl: Vec::new(),
         });
     }
     let mut statements = Merge {
@@ -323,6 +328,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         statements,
         dead_letters,
         left_out: None,
+        ddl: Vec::new(),
     })
 }
 
@@ -333,20 +339,27 @@ struct Staging {
 }
 
 impl Staging {
-    /// Named by the table's oid: short and unique whatever the schema and table names, and
-    /// shared by every topic that writes the table (soft deletes, which stage their mark
-    /// too, have their own).
+    /// Named by the table's oid and its shape: short and unique whatever the schema and table
+    /// names, shared by every topic that writes the table, and new when the table's columns
+    /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
+    /// Soft deletes, which stage their mark too, have their own delete staging.
     fn of(table: &Table, soft: bool) -> Self {
-        let deletes = if soft { "kps_softdel" } else { "kps_delete" };
+        use std::hash::{Hash as _, Hasher as _};
+        // SipHash with fixed keys: the same shape gets the same name for the process's life.
+        let mut h = std::hash::DefaultHasher::new();
+        for c in &table.columns {
+            (&c.name, &c.sql_type).hash(&mut h);
+        }
+        let shape = h.finish() as u32;
+        let name = |kind: &str| {
+            format!(
+                "pg_temp.{}",
+                quote_ident(&format!("kps_{kind}_{}_{shape:08x}", table.oid))
+            )
+        };
         Self {
-            upserts: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_stage_{}", table.oid))
-            ),
-            deletes: format!(
-                "pg_temp.{}",
-                quote_ident(&format!("{deletes}_{}", table.oid))
-            ),
+            upserts: name("stage"),
+            deletes: name(if soft { "softdel" } else { "delete" }),
         }
     }
 
@@ -638,13 +651,16 @@ mod tests {
         for (write, folds) in [(&uniform.writes[0], false), (&varied.writes[0], true)] {
             assert_eq!(write.copies.len(), 1);
             assert_eq!(write.rows(), 2);
+            // The setup is named by both staging tables, the upserts' first.
+            let setup = write.setup.as_ref().map(|(id, _)| id.as_str()).unwrap();
+            let (staging, deletes) = setup.split_once(' ').unwrap();
+            assert!(staging.starts_with("pg_temp.\"kps_stage_5_"), "{staging}");
+            assert!(deletes.starts_with("pg_temp.\"kps_delete_5_"), "{deletes}");
             assert_eq!(
                 write.copies[0].statement,
-                r#"COPY pg_temp."kps_stage_5" ("id", "note", "__kps_ord", "__kps_mask") FROM STDIN (FORMAT binary)"#
-            );
-            assert_eq!(
-                write.setup.as_ref().map(|(id, _)| id.as_str()),
-                Some("pg_temp.\"kps_stage_5\" pg_temp.\"kps_delete_5\"")
+                format!(
+                    r#"COPY {staging} ("id", "note", "__kps_ord", "__kps_mask") FROM STDIN (FORMAT binary)"#
+                )
             );
             let merge = &write.statements[0];
             assert_eq!(merge.contains("DISTINCT ON"), !folds, "{merge}");
@@ -654,5 +670,38 @@ mod tests {
             .contains("ON CONFLICT (\"id\") DO UPDATE SET \"note\" = EXCLUDED.\"note\""));
         // A new key whose records never carried `note` gets its default.
         assert!(varied.writes[0].statements[0].contains("ELSE ('default') END"));
+    }
+
+    /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a
+    /// session whose staging was made before the column makes them again with it; the same
+    /// shape keeps its names, and the delete staging follows the upsert staging.
+    #[test]
+    fn staging_is_named_by_the_tables_shape() {
+        let before = table("t", 5);
+        let mut after = (*before).clone();
+        after.columns.push(Column {
+            name: "email".into(),
+            ty: ColumnType::Text,
+            sql_type: "text".into(),
+            not_null: false,
+            has_default: true,
+            default_sql: None,
+        });
+        let (a, b, again) = (
+            Staging::of(&before, false),
+            Staging::of(&after, false),
+            Staging::of(&table("t", 5), false),
+        );
+        assert_ne!(a.upserts, b.upserts);
+        assert_ne!(a.deletes, b.deletes);
+        assert_eq!(a.upserts, again.upserts);
+        assert_eq!(
+            a.deletes.replace("kps_delete_", "kps_stage_"),
+            a.upserts,
+            "{} {}",
+            a.deletes,
+            a.upserts
+        );
+        assert!(b.upserts.len() < 63, "{}", b.upserts);
     }
 }

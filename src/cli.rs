@@ -40,7 +40,11 @@ pub enum Command {
     /// Create or upgrade the sink's own tables (kafka_offsets); safe to run repeatedly.
     Migrate,
     /// Validate the configuration, reach Kafka and PostgreSQL, and check every table mapping.
-    Check,
+    Check {
+        /// Also print the DDL auto_create/auto_evolve would run now (changing nothing).
+        #[arg(long)]
+        plan: bool,
+    },
     /// Inspect dead letters, or write them again after fixing the data or the table.
     #[command(subcommand)]
     DeadLetters(DeadLetterCommand),

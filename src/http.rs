@@ -58,8 +58,13 @@ pub async fn serve(
     Ok((bound, task))
 }
 
-/// The Prometheus text format's content type, so scrapers need not guess.
+/// The Prometheus text format's content type, so scrapers need not guess. Readiness is
+/// checked first, so `kafka_pg_sink_ready` says what `/ready` would answer at this scrape:
+/// an alert can then tell a process that owns partitions but cannot reach PostgreSQL or
+/// Kafka, which the other series do not show.
 async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let (ready, _) = readiness(&state).await;
+    metrics::gauge!(crate::meters::READY).set(f64::from(u8::from(ready)));
     (
         [("content-type", "text/plain; version=0.0.4")],
         state.metrics.render(),
@@ -68,6 +73,18 @@ async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// 200 when ready, 503 with the reasons otherwise.
 async fn ready(State(state): State<AppState>) -> impl IntoResponse {
+    let (ready, body) = readiness(&state).await;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}
+
+/// Partitions assigned, PostgreSQL answering and Kafka reachable (without an authentication
+/// failure); the answer and the body `/ready` shows for it.
+async fn readiness(state: &AppState) -> (bool, serde_json::Value) {
     let database = tokio::time::timeout(
         Duration::from_secs(2),
         sqlx::query("SELECT 1").execute(&state.pool),
@@ -87,10 +104,5 @@ async fn ready(State(state): State<AppState>) -> impl IntoResponse {
     if let Some((_, reason)) = auth_failure {
         body["kafka_error"] = serde_json::Value::String(reason);
     }
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(body))
+    (ready, body)
 }

@@ -7,6 +7,7 @@ pub(crate) mod batch;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub(crate) mod ddl;
 pub mod dead_letter;
 pub mod headers;
 pub(crate) mod health;

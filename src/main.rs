@@ -52,9 +52,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Check => {
+        Command::Check { plan } => {
             let settings = Settings::load(file, &overrides)?;
-            check::run(&settings).await
+            check::run(&settings, plan).await
         }
         Command::DeadLetters(command) => {
             let settings = Settings::load(file, &overrides)?;

@@ -35,6 +35,9 @@ pub const NEXT_OFFSET: &str = "kafka_pg_sink_next_offset";
 pub const SCHEMA_REGISTRY_REQUESTS: &str = "kafka_pg_sink_schema_registry_requests_total";
 /// Partitions this process owns; `/ready` also wants at least one.
 pub const ASSIGNED: &str = "kafka_pg_sink_assigned_partitions";
+/// 1 when `/ready` would answer 200 at this scrape, else 0: an owner of partitions that cannot
+/// reach PostgreSQL or Kafka shows here and nowhere else.
+pub const READY: &str = "kafka_pg_sink_ready";
 
 /// Installs the global recorder. Gauges of partitions not observed for `idle` disappear, so a
 /// revoked partition's lag does not linger.
@@ -99,4 +102,8 @@ fn describe() {
     );
     describe_gauge!(NEXT_OFFSET, "The stored next offset");
     describe_gauge!(ASSIGNED, "Partitions assigned to this sink");
+    describe_gauge!(
+        READY,
+        "1 when /ready would answer 200 (partitions assigned, PostgreSQL and Kafka reachable), else 0"
+    );
 }

@@ -185,20 +185,21 @@ pub enum SchemaError {
 /// DEFAULT counts) and whether the column may be written at all.
 const COLUMNS_SQL: &str = "
 SELECT a.attname::text,
-       -- Domains are written as their base type; enum values travel as their label text, and
-       -- so does citext, whose binary form is text's (`citextsend`). citext is an extension
-       -- type: its OID differs between databases, so it is recognised by its name and its send
-       -- function, in whatever schema the extension was created.
-       CASE WHEN t.typtype = 'e' OR (b.typname = 'citext' AND bs.proname = 'citextsend') THEN 25
-            ELSE COALESCE(NULLIF(t.typbasetype, 0), t.oid)::oid::int8 END AS base_oid,
+       -- Domains are written as their base type (through domains over domains); enum values
+       -- travel as their label text, and so does citext, whose binary form is text's
+       -- (`citextsend`). citext is an extension type: its OID differs between databases, so
+       -- it is recognised by its name and its send function, in whatever schema the extension
+       -- was created.
+       CASE WHEN b.typtype = 'e' OR (b.typname = 'citext' AND bs.proname = 'citextsend') THEN 25
+            ELSE b.oid::int8 END AS base_oid,
        -- An array (or a domain over one) is the array type of its element: `typarray` tells
        -- true arrays from fixed-length types with a `typelem` (point, name) and from
        -- int2vector/oidvector. 0 when the column is no array.
        COALESCE(e.oid, 0)::int8 AS element_oid,
-       CASE WHEN e.typtype = 'e' OR (eb.typname = 'citext' AND ebs.proname = 'citextsend') THEN 25
-            ELSE COALESCE(NULLIF(e.typbasetype, 0), e.oid, 0)::oid::int8 END AS element_base,
+       CASE WHEN eb.typtype = 'e' OR (eb.typname = 'citext' AND ebs.proname = 'citextsend') THEN 25
+            ELSE COALESCE(eb.oid, 0)::oid::int8 END AS element_base,
        format_type(a.atttypid, a.atttypmod) AS sql_type,
-       a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS not_null,
+       a.attnotnull OR tb.not_null AS not_null,
        a.atthasdef OR a.attidentity = 'd' AS has_default,
        a.attidentity = 'a' OR a.attgenerated <> '' AS never_written,
        -- An identity column has no pg_attrdef row: its default is its sequence's next value.
@@ -207,11 +208,28 @@ SELECT a.attname::text,
             ELSE pg_get_expr(d.adbin, d.adrelid) END AS default_sql
   FROM pg_attribute a
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-  JOIN pg_type t ON t.oid = a.atttypid
-  JOIN pg_type b ON b.oid = COALESCE(NULLIF(t.typbasetype, 0), t.oid)
+  -- The type under every domain, and whether any domain on the way is NOT NULL.
+  CROSS JOIN LATERAL (
+    WITH RECURSIVE chain(oid, under, not_null) AS (
+      SELECT t.oid, t.typbasetype, t.typnotnull FROM pg_type t WHERE t.oid = a.atttypid
+      UNION ALL
+      SELECT t.oid, t.typbasetype, t.typnotnull FROM chain c JOIN pg_type t ON t.oid = c.under
+    )
+    SELECT max(oid) FILTER (WHERE under = 0) AS base, bool_or(not_null) AS not_null FROM chain
+  ) tb
+  JOIN pg_type b ON b.oid = tb.base
   LEFT JOIN pg_proc bs ON bs.oid = b.typsend
   LEFT JOIN pg_type e ON e.oid = b.typelem AND e.typarray = b.oid
-  LEFT JOIN pg_type eb ON eb.oid = COALESCE(NULLIF(e.typbasetype, 0), e.oid)
+  -- An element may be a domain too (over an enum, over another domain).
+  LEFT JOIN LATERAL (
+    WITH RECURSIVE chain(oid, under) AS (
+      SELECT t.oid, t.typbasetype FROM pg_type t WHERE t.oid = e.oid
+      UNION ALL
+      SELECT t.oid, t.typbasetype FROM chain c JOIN pg_type t ON t.oid = c.under
+    )
+    SELECT max(oid) FILTER (WHERE under = 0) AS base FROM chain
+  ) ebase ON true
+  LEFT JOIN pg_type eb ON eb.oid = ebase.base
   LEFT JOIN pg_proc ebs ON ebs.oid = eb.typsend
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY a.attnum";

@@ -72,7 +72,7 @@ impl ClientContext for CheckContext {
 impl ConsumerContext for CheckContext {}
 
 /// Prints what was found; returns an error listing every problem.
-pub async fn run(settings: &Settings) -> anyhow::Result<()> {
+pub async fn run(settings: &Settings, plan: bool) -> anyhow::Result<()> {
     let mut out = String::new();
     let mut problems: Vec<String> = Vec::new();
     let _ = writeln!(out, "config: ok");
@@ -188,7 +188,16 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
                 pool: pool.as_ref(),
                 registry: registry.as_ref(),
             };
-            check_topic(settings, topic, &name, &reach, &mut out, &mut problems).await;
+            check_topic(
+                settings,
+                topic,
+                &name,
+                &reach,
+                plan,
+                &mut out,
+                &mut problems,
+            )
+            .await;
         }
     }
 
@@ -264,6 +273,7 @@ async fn check_topic(
     topic: &TopicSettings,
     name: &str,
     reach: &Reach<'_>,
+    plan: bool,
     out: &mut String,
     problems: &mut Vec<String>,
 ) {
@@ -308,14 +318,19 @@ async fn check_topic(
         Err(e) => return problems.push(e),
     };
     for (routed, loaded) in mappers {
-        if let Some(table) = routed {
+        if let Some(table) = &routed {
             let _ = writeln!(out, "  table {table}:");
         }
-        check_mapping(settings, topic, name, loaded, registry, out, problems).await;
+        let checked = check_mapping(settings, topic, name, loaded, registry, out, problems).await;
+        // Only a topic's own table is ever created or changed (never one a record names).
+        if let (true, None, Some(mapper)) = (plan, &routed, checked) {
+            super::plan::print(settings, topic, name, &mapper, registry, out, problems).await;
+        }
     }
 }
 
-/// One mapping of a topic: its columns and their sources, and the registry's schemas.
+/// One mapping of a topic: its columns and their sources, and the registry's schemas; the
+/// mapping, when it loaded, for `--plan`.
 async fn check_mapping(
     settings: &Settings,
     topic: &TopicSettings,
@@ -324,7 +339,7 @@ async fn check_mapping(
     registry: Option<&RegistryClient>,
     out: &mut String,
     problems: &mut Vec<String>,
-) {
+) -> Option<TopicMapper> {
     match loaded {
         Ok(mut mapper) => {
             let keys = mapper.key_columns();
@@ -365,10 +380,16 @@ async fn check_mapping(
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
             }
-            if let Some(registry) = registry {
+            if mapper.table().oid == crate::ddl::MISSING_OID {
+                let _ = writeln!(out, "  table does not exist yet: auto_create creates it from the first record's schema");
+            } else if let Some(registry) = registry {
                 check_schemas(settings, topic, name, &mut mapper, registry, out, problems).await;
             }
+            Some(mapper)
         }
-        Err(e) => problems.push(format!("{e:#}")),
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            None
+        }
     }
 }

@@ -226,6 +226,13 @@ pub async fn replay(
                 None => TopicMapper::load(&pool, settings, &d.topic).await?,
                 Some(t) => record_routing::load_mapper(&pool, settings, &d.topic, t).await?,
             };
+            // A replay never creates a table: only the sink does, with a batch's rows.
+            anyhow::ensure!(
+                m.table().oid != crate::ddl::MISSING_OID,
+                "topic {:?}: table {} does not exist yet (auto_create makes it with the first batch the sink writes)",
+                d.topic,
+                m.table()
+            );
             mappers.insert(slot.clone(), m);
         }
         let mapper = mappers.get_mut(&slot).expect("inserted above when missing");

@@ -6,3 +6,4 @@ mod check_schemas;
 pub mod dead_letters;
 pub mod lag;
 pub mod offsets;
+mod plan;

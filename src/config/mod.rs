@@ -37,8 +37,9 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns, OnConflict, OnError,
-    RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode, WriteMode,
+    AutoEvolve, ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns,
+    OnConflict, OnError, RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode,
+    WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -218,6 +219,9 @@ impl Settings {
             }
             if topic.encoding != Encoding::Json && topic.format != RecordFormat::Debezium {
                 return invalid(format!("topic {label}: encoding applies to format = \"debezium\"; for plain records give format = \"avro\", \"protobuf\" or \"json-schema\""));
+            }
+            if let Some(reason) = topic::schema_change_problem(topic) {
+                return invalid(format!("topic {label}: {reason}"));
             }
             match (topic.format, &topic.raw_column) {
                 (RecordFormat::Raw, None) => {

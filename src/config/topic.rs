@@ -111,6 +111,23 @@ pub struct TopicSettings {
     /// Per bytea column: how its strings spell the bytes (base64 unless this says `hex`).
     #[serde(default)]
     pub bytea_encoding: BTreeMap<String, ByteaEncoding>,
+    /// Create the table from the first record's schema when it is missing, in that record's
+    /// batch's transaction.
+    #[serde(default)]
+    pub auto_create: bool,
+    /// What a schema field the table lacks does: unset ignores it (as a record's unknown
+    /// fields are); `add_columns` adds a nullable column in the batch that first carries it.
+    #[serde(default)]
+    pub auto_evolve: Option<AutoEvolve>,
+}
+
+/// How a table follows its records' schema (`auto_evolve`). Only additions: the sink never
+/// drops or narrows a column, since other readers of the table may depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoEvolve {
+    /// A new field adds a nullable column.
+    AddColumns,
 }
 
 /// How a bytea column's strings spell their bytes. Base64 is what Kafka Connect and the
@@ -337,4 +354,63 @@ fn default_schema() -> String {
 /// Larger records are refused before decoding, bounding what one record can cost.
 fn default_max_record_bytes() -> ByteSize {
     ByteSize::mib(16)
+}
+
+/// Why a topic's settings cannot use `auto_create`/`auto_evolve`, for the configuration check.
+pub(crate) fn schema_change_problem(topic: &TopicSettings) -> Option<String> {
+    if !topic.auto_create && topic.auto_evolve.is_none() {
+        return None;
+    }
+    if topic.table_from.is_some() {
+        // A name a record gives is never DDL (README's routing promise); listed tables exist.
+        return Some("auto_create and auto_evolve apply to a topic's one table; with table_from the records name tables that must exist: create them yourself and remove auto_create/auto_evolve".into());
+    }
+    let reads_schema = match topic.format {
+        RecordFormat::ConnectJson | RecordFormat::Avro => true,
+        RecordFormat::Debezium => matches!(topic.encoding, Encoding::Json | Encoding::Avro),
+        _ => false,
+    };
+    if matches!(topic.format, RecordFormat::Json | RecordFormat::Raw) {
+        return Some(format!(
+            "auto_create and auto_evolve take the columns from the records' schema, and format = \"{}\" records carry none: create the table yourself (CREATE TABLE ...) and remove auto_create/auto_evolve, or use a format with a schema (connect-json, avro, debezium)",
+            if topic.format == RecordFormat::Raw { "raw" } else { "json" }
+        ));
+    }
+    if !reads_schema {
+        return Some("auto_create and auto_evolve read Connect JSON, Avro and Debezium (JSON or Avro) schemas; for protobuf and json-schema topics create the table yourself".into());
+    }
+    if topic.auto_evolve.is_some() && !topic.map_by_name {
+        return Some(
+            "auto_evolve adds columns that take their field by name: it needs map_by_name = true"
+                .into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use figment::providers::{Format, Toml};
+
+    use super::*;
+
+    /// Routing by record and schema changes together are refused, whichever setting is on: a
+    /// table a record names is never created or altered.
+    #[test]
+    fn table_from_with_auto_create_or_auto_evolve_is_refused() {
+        for ddl in ["auto_create = true", "auto_evolve = \"add_columns\""] {
+            let topic: TopicSettings = figment::Figment::from(Toml::string(&format!(
+                "name = \"t\"\nformat = \"connect-json\"\ntable = \"{{}}\"\ntable_from = {{ header = \"h\" }}\ntables = [\"a\"]\n{ddl}"
+            )))
+            .extract()
+            .unwrap();
+            let why = schema_change_problem(&topic).expect("refused");
+            assert!(why.contains("table_from"), "{why}");
+            let without = TopicSettings {
+                table_from: None,
+                ..topic
+            };
+            assert_eq!(schema_change_problem(&without), None);
+        }
+    }
 }

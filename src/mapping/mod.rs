@@ -186,14 +186,12 @@ impl TopicMapper {
         settings: &TopicSettings,
         topic: &str,
     ) -> anyhow::Result<Self> {
-        let table = crate::schema::describe(
-            pool,
-            &settings.schema,
-            &crate::routing::table_name(settings, topic),
-        )
-        .await
-        .with_context(|| format!("topic {topic:?}"))?;
-        Ok(Self::new(settings, Arc::new(table))?)
+        let name = crate::routing::table_name(settings, topic);
+        let table = crate::ddl::describe(pool, settings, &name)
+            .await
+            .with_context(|| format!("topic {topic:?}"))?;
+        let settings = crate::ddl::settings_for(settings, &table);
+        Ok(Self::new(&settings, Arc::new(table))?)
     }
 
     /// Checks the topic's settings against the table and fixes each column's source.

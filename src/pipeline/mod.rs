@@ -26,6 +26,7 @@ use crate::routing::Router;
 use crate::writer::SendError;
 
 pub(crate) mod adapters;
+mod evolve;
 mod fatal;
 mod lanes;
 mod partitions;
@@ -107,6 +108,9 @@ pub struct Pipeline {
     last_epoch_check: Instant,
     /// When positions were last compared with the cursors, for offsets that carry no record.
     last_gap_check: Instant,
+    /// Per table (by its batch slot), once looked up: its `auto_create`/`auto_evolve` state, if
+    /// its topic uses either.
+    evolvers: Vec<Option<Option<crate::ddl::Evolver>>>,
 }
 
 /// Why a schema could not be learnt.
@@ -164,6 +168,7 @@ impl Pipeline {
             last_publish: now,
             last_epoch_check: now,
             last_gap_check: now,
+            evolvers: Vec::new(),
         }
     }
 
@@ -257,7 +262,11 @@ impl Pipeline {
                 return;
             }
         };
-        let mut encoded = self.encode_into(lane, route, target, record);
+        let (mut encoded, ddl_need) = match self.evolve(lane, route, target, record) {
+            evolve::Evolved::Go(need) => (self.encode_into(lane, route, target, record), need),
+            evolve::Evolved::Invalid(e) => (Err(EncodeError::Invalid(e)), 0),
+            evolve::Evolved::Stop => return,
+        };
         // A value and its key may each bring a schema id not seen yet.
         for _ in 0..2 {
             let Err(EncodeError::NeedSchema(id)) = encoded else {
@@ -302,6 +311,7 @@ impl Pipeline {
                 return;
             }
         }
+        self.note_ddl_need(route, target, lane, ddl_need);
         self.taken(lane, key, record);
     }
 
@@ -409,7 +419,8 @@ impl Pipeline {
         };
         let advances = self.table.seal(&members);
         self.next_batch_id += 1;
-        let batch = self.lanes.open_mut(lane).seal(self.next_batch_id, advances);
+        let mut batch = self.lanes.open_mut(lane).seal(self.next_batch_id, advances);
+        self.attach_ddl(lane, &mut batch);
         while !self.lanes.has_room(lane) {
             if !self.wait_for_result() {
                 return;

@@ -90,6 +90,13 @@ impl Pipeline {
     /// the consumer thread.
     pub(super) fn on_result(&mut self, result: WriteResult) {
         let lane = result.lane;
+        self.ddl_answered(
+            result.batch_id,
+            matches!(
+                result.outcome,
+                Outcome::Committed | Outcome::RejectedRecord { .. }
+            ),
+        );
         if !self.lanes.answered(lane) {
             return;
         }

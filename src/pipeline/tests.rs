@@ -1107,3 +1107,5 @@ fn a_schema_that_does_not_compile_is_a_dead_letter() {
     assert_eq!(db.letters, vec![(0, 0, "schema")]);
     assert_eq!(db.next(0), Some(1));
 }
+
+mod evolve;

@@ -25,3 +25,18 @@ impl WriterPanic {
         self.seen += 1;
     }
 }
+
+/// `KPS_FAULT_PAUSE_AFTER_DDL_MS`: a transaction that ran schema changes waits this long before
+/// its rows, so a test can kill the sink between the change and its batch.
+pub(super) async fn pause_after_ddl() {
+    if let Some(ms) = std::env::var("KPS_FAULT_PAUSE_AFTER_DDL_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        tracing::info!(
+            ms,
+            "fault injected: pausing between the schema change and its rows"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}

@@ -98,6 +98,10 @@ async fn find_refused(
     batch: &Batch,
 ) -> Result<Option<Refused>, sqlx::Error> {
     let mut tx = conn.begin().await?;
+    // The rows need the batch's schema changes here too (rolled back with the search).
+    for write in &batch.writes {
+        crate::ddl::apply(&mut tx, &write.ddl).await?;
+    }
     let mut dead = Vec::new();
     let mut found = None;
     for write in &batch.writes {
@@ -151,6 +155,7 @@ async fn transact(
     }
     let Session { conn, staged } = session.as_mut().expect("connected above");
     let mut tx = conn.begin().await.map_err(classify)?;
+    apply_ddl(&mut tx, batch).await?;
     let matched = offsets::advance(&mut tx, &config.group, &batch.offsets)
         .await
         .map_err(classify)?;
@@ -191,6 +196,32 @@ async fn transact(
         tables,
         refused: None,
     })
+}
+
+/// The batch's schema changes, first in its transaction. A concurrent writer's identical
+/// change is retried (the pipeline describes the table again before re-reading the records).
+async fn apply_ddl(conn: &mut PgConnection, batch: &Batch) -> Result<(), Outcome> {
+    let mut ran = 0;
+    for write in batch.writes.iter().filter(|w| !w.ddl.is_empty()) {
+        ran += crate::ddl::apply(conn, &write.ddl).await.map_err(|e| {
+            if crate::ddl::is_concurrent_change(&e) {
+                Outcome::Transient(format!(
+                    "another writer changed table {} at the same time: {}",
+                    write.table,
+                    describe_db_error(&e)
+                ))
+            } else {
+                classify(e)
+            }
+        })?;
+    }
+    #[cfg(debug_assertions)]
+    if ran > 0 {
+        super::fault::pause_after_ddl().await;
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = ran; // only the debug builds' fault injection reads it
+    Ok(())
 }
 
 /// Writes one table's rows. Where rejected rows become dead letters, the rows are applied
@@ -353,6 +384,7 @@ mod tests {
             statements: Vec::new(),
             dead_letters: None,
             left_out: None,
+            ddl: Vec::new(),
         }
     }
 

@@ -278,7 +278,7 @@ async fn a_real_prometheus_scrapes_the_sink_and_evaluates_every_alert_rule() {
                     )
                 })
                 .collect();
-            let ok = rules.len() == 7 && rules.iter().all(|(_, health, _)| health == "ok");
+            let ok = rules.len() == 8 && rules.iter().all(|(_, health, _)| health == "ok");
             (ok, rules)
         });
         for (name, _, state) in &rules {

@@ -9,6 +9,7 @@ mod batching;
 mod claims;
 mod cli;
 mod crash;
+mod ddl;
 mod dead_letters;
 mod delivery;
 mod deploy;

@@ -493,3 +493,74 @@ async fn upsert_by_a_unique_index_that_is_not_the_primary_key() {
     let expected: Vec<(String, i32)> = (0..5).map(|c| (format!("c{c}"), 15 + c)).collect();
     assert_eq!(rows, expected);
 }
+
+/// A domain over an enum, a domain over a domain (NOT NULL on the inner one) and an array of
+/// a domain over an enum are written as their base types, with the array's element type
+/// named exactly; a label the enum lacks is PostgreSQL's to refuse, as a `rejected` letter,
+/// and a null for the inner domain's NOT NULL a `mapping` one.
+#[tokio::test(flavor = "multi_thread")]
+async fn domains_over_enums_and_other_domains_are_written_as_their_base() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TYPE mood AS ENUM ('happy', 'sad');
+             CREATE DOMAIN mood_d AS mood;
+             CREATE DOMAIN word AS text NOT NULL CHECK (VALUE <> '');
+             CREATE DOMAIN short_word AS word CHECK (length(VALUE) < 8);
+             CREATE TABLE nested (id int, m mood_d, w short_word, ms mood_d[])",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let values = [
+        r#"{"id":1,"m":"happy","w":"hi","ms":["sad",null,"happy"]}"#,
+        r#"{"id":2,"m":"glad","w":"hi","ms":[]}"#,
+        r#"{"id":3,"m":"sad","w":null,"ms":null}"#,
+        r#"{"id":4,"m":null,"w":"a longer word","ms":null}"#,
+        r#"{"id":5,"m":"sad","w":"yo","ms":["sad"]}"#,
+    ];
+    let records: Vec<RawRecord> = values.iter().map(|v| RawRecord::json(0, v)).collect();
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "nested");
+    config.metadata = String::new();
+    config.topic_settings = "on_error = \"dead_letter\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    type Row = (i32, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Row> =
+        sqlx::query_as("SELECT id, m::text, w::text, ms::text FROM nested ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                1,
+                Some("happy".into()),
+                Some("hi".into()),
+                Some("{sad,NULL,happy}".into())
+            ),
+            (
+                5,
+                Some("sad".into()),
+                Some("yo".into()),
+                Some("{sad}".into())
+            ),
+        ]
+    );
+    let letters: Vec<(i64, String)> =
+        sqlx::query_as("SELECT \"offset\", error_kind FROM kafka_dead_letters ORDER BY \"offset\"")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        letters,
+        vec![
+            (1, "rejected".into()),
+            (2, "mapping".into()),
+            (3, "rejected".into())
+        ]
+    );
+    assert!(sink.stop().success());
+}

@@ -467,6 +467,7 @@ async fn metrics_are_scraped_and_parsed_and_health_answers() {
     assert!(metrics["kafka_pg_sink_transaction_seconds_count"] >= 1.0);
     assert_eq!(metrics[&lag(0)] + metrics[&lag(1)], 0.0);
     assert_eq!(metrics["kafka_pg_sink_assigned_partitions"], 2.0);
+    assert_eq!(metrics["kafka_pg_sink_ready"], 1.0);
     assert!(metrics["kafka_pg_sink_rebalances_total{kind=\"assign\"}"] >= 1.0);
     let (status, body) = get(&address, "/health");
     assert_eq!((status, body.trim()), (200, "ok"));
@@ -513,6 +514,15 @@ async fn readiness_flips_while_postgres_is_down() {
     assert_eq!(
         (body["ready"].as_bool(), body["database"].as_bool()),
         (Some(false), Some(false))
+    );
+    let scraped = parse_metrics(&get(&address, "/metrics").1);
+    assert_eq!(
+        (
+            scraped["kafka_pg_sink_ready"],
+            scraped["kafka_pg_sink_assigned_partitions"]
+        ),
+        (0.0, 1.0),
+        "an owner of partitions that cannot reach PostgreSQL says so in its metrics"
     );
     assert_eq!(get(&address, "/health").0, 200, "alive even when not ready");
     let pg = tokio::task::spawn_blocking(move || {

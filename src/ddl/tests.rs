@@ -1,0 +1,183 @@
+//! The evolver's bookkeeping: a batch carries the steps its rows need until one such batch
+//! commits; a failed one makes the table be described again.
+
+use super::*;
+
+fn evolver(extra: &str) -> Evolver {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(&format!(
+        "name = \"t\"\ntable = \"t\"\nformat = \"connect-json\"\n{extra}"
+    )))
+    .extract()
+    .unwrap();
+    Evolver::for_settings(&settings).unwrap()
+}
+
+/// A Connect record with fields `id` and, in v2, `email`.
+fn record(v2: bool) -> Vec<u8> {
+    let email = if v2 {
+        r#",{"field":"email","type":"string","optional":true}"#
+    } else {
+        ""
+    };
+    format!(r#"{{"schema":{{"type":"struct","fields":[{{"field":"id","type":"int64"}}{email}]}},"payload":{{"id":1}}}}"#).into_bytes()
+}
+
+fn no_registry(_: u32) -> Result<RegisteredSchema, RegistryError> {
+    Err(RegistryError::Unavailable("none".into()))
+}
+
+fn check(ev: &mut Evolver, table: &Table, value: &[u8]) -> Checked {
+    ev.check(table, Some(value), None, &mut no_registry)
+        .unwrap()
+}
+
+fn change(checked: Checked) -> Change {
+    match checked {
+        Checked::Change(c) => c,
+        Checked::Fits(_) => panic!("expected a change"),
+    }
+}
+
+/// A missing table is planned once; every batch whose rows need it carries it until one
+/// commits, and the same schema then fits needing nothing.
+#[test]
+fn steps_ride_on_batches_until_one_commits() {
+    let mut ev = evolver("auto_create = true");
+    let s = ev.settings().clone();
+    let planned = change(check(&mut ev, &missing_table(&s, "t"), &record(false)));
+    let need = ev.adopt(&planned);
+    ev.note_need(0, need);
+    ev.note_need(1, need);
+    assert_eq!(ev.steps_for(0, 1).len(), 1);
+    assert_eq!(ev.steps_for(1, 2).len(), 1);
+    assert!(
+        ev.steps_for(0, 3).is_empty(),
+        "no row of the next batch noted a need yet"
+    );
+    ev.answered(2, true);
+    assert!(matches!(
+        check(&mut ev, &planned.table, &record(false)),
+        Checked::Fits(0)
+    ));
+    // Batch 1 failing after 2 committed still asks for the table to be described again.
+    ev.answered(1, false);
+    assert!(ev.needs_redescribe());
+    ev.redescribed();
+    assert!(!ev.needs_redescribe());
+}
+
+/// An added column is needed only by rows that have its field: a batch of old-shape rows
+/// carries nothing, so the column never commits without a row that carries it.
+#[test]
+fn only_rows_with_the_new_field_need_its_column() {
+    let mut ev = evolver("auto_evolve = \"add_columns\"");
+    let s = ev.settings().clone();
+    let table = Table {
+        oid: 9,
+        columns: vec![crate::schema::Column {
+            name: "id".into(),
+            ty: crate::schema::ColumnType::Int8,
+            sql_type: "bigint".into(),
+            not_null: true,
+            has_default: false,
+            default_sql: None,
+        }],
+        ..missing_table(&s, "t")
+    };
+    let planned = change(check(&mut ev, &table, &record(true)));
+    assert!(
+        planned.table.columns[1].has_default,
+        "left out of old-shape rows"
+    );
+    assert!(ev.adopt(&planned) > 0);
+    assert!(matches!(
+        check(&mut ev, &planned.table, &record(false)),
+        Checked::Fits(0)
+    ));
+    assert!(matches!(check(&mut ev, &planned.table, &record(true)), Checked::Fits(n) if n > 0));
+}
+
+/// In upsert mode a row stages into a copy of the table's columns, so every row mapped after
+/// a change needs it, with the field or without.
+#[test]
+fn in_upsert_mode_every_row_after_the_change_needs_it() {
+    let mut ev = evolver("auto_evolve = \"add_columns\"\nmode = \"upsert\"");
+    let s = ev.settings().clone();
+    let table = Table {
+        oid: 9,
+        columns: vec![crate::schema::Column {
+            name: "id".into(),
+            ty: crate::schema::ColumnType::Int8,
+            sql_type: "bigint".into(),
+            not_null: true,
+            has_default: false,
+            default_sql: None,
+        }],
+        primary_key: vec!["id".into()],
+        unique_keys: vec![vec!["id".into()]],
+        ..missing_table(&s, "t")
+    };
+    let planned = change(check(&mut ev, &table, &record(true)));
+    ev.adopt(&planned);
+    assert!(matches!(check(&mut ev, &planned.table, &record(false)), Checked::Fits(n) if n > 0));
+}
+
+/// A failed batch with steps: the table is described again, and the schema is checked anew.
+#[test]
+fn a_failed_batch_forgets_the_plan() {
+    let mut ev = evolver("auto_create = true");
+    let table = missing_table(&ev.settings().clone(), "t");
+    let planned = change(check(&mut ev, &table, &record(false)));
+    let need = ev.adopt(&planned);
+    ev.note_need(0, need);
+    assert_eq!(ev.steps_for(0, 7).len(), 1);
+    ev.answered(7, false);
+    assert!(ev.needs_redescribe());
+    ev.redescribed();
+    ev.note_need(0, need);
+    assert!(
+        ev.steps_for(0, 8).is_empty(),
+        "nothing pending after the new description"
+    );
+    assert!(
+        matches!(check(&mut ev, &table, &record(false)), Checked::Change(_)),
+        "described as still missing: planned again"
+    );
+}
+
+/// Without a schema a missing table cannot be created: the record is refused, saying so.
+#[test]
+fn schemaless_record_for_a_missing_table_is_refused() {
+    let mut ev = evolver("auto_create = true");
+    let table = missing_table(&ev.settings().clone(), "t");
+    let err = ev
+        .check(&table, Some(br#"{"id":1}"#), None, &mut no_registry)
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckError::Record(m) if m.contains("create the table")),
+        "{err:?}"
+    );
+}
+
+/// Debezium's Avro envelope: the columns are the `after` record's, found through a union with
+/// null and a named reference to the `before` record's type.
+#[test]
+fn a_debezium_avro_envelope_gives_the_after_records_columns() {
+    let envelope = RegisteredSchema {
+        kind: crate::registry::SchemaKind::Avro,
+        text: r#"{"type":"record","name":"Envelope","namespace":"db.public.t","fields":[
+            {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+                {"name":"id","type":"int"},{"name":"name","type":["null","string"]}]}]},
+            {"name":"after","type":["null","Value"]},
+            {"name":"op","type":"string"}]}"#
+            .into(),
+    };
+    let shape = record::shape_of_schema(&envelope, true).unwrap();
+    let cols: Vec<(&str, &str, bool)> = shape
+        .value
+        .iter()
+        .map(|f| (f.name.as_str(), f.sql.as_str(), f.optional))
+        .collect();
+    assert_eq!(cols, [("id", "int4", false), ("name", "text", true)]);
+}
