@@ -23,6 +23,10 @@ pub struct TableWrite {
     /// Statements that prepare the session (temporary staging tables), run once per
     /// connection; the name identifies them.
     pub setup: Option<(String, Vec<String>)>,
+    /// Statements run once before the copies (not again for each part a failed batch is
+    /// split into), each with its record's partition and offset: a Debezium truncate, which
+    /// is left out with the rows after it when `left_out` says so.
+    pub before: Vec<(String, (i32, i64))>,
     /// COPY streams, each with its rows' ordinals (and records, where rejected rows become
     /// dead letters).
     pub copies: Vec<StagedCopy>,
@@ -53,13 +57,15 @@ pub struct StagedCopy {
 impl StagedCopy {
     /// Whether row `i` is written, given the write's `left_out`.
     pub fn keeps(&self, i: usize, left_out: Option<(i32, i64)>) -> bool {
-        match left_out {
-            Some((partition, from)) => {
-                let (p, offset) = self.positions[i];
-                p != partition || offset < from
-            }
-            None => true,
-        }
+        kept(self.positions[i], left_out)
+    }
+}
+
+/// Whether the record at `position` is written, given a write's `left_out`.
+pub fn kept((p, offset): (i32, i64), left_out: Option<(i32, i64)>) -> bool {
+    match left_out {
+        Some((partition, from)) => p != partition || offset < from,
+        None => true,
     }
 }
 
@@ -235,6 +241,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         origins: r.origins,
         positions: r.positions,
     };
+    // A truncate is the first of its table in the batch: it runs before every copy.
+    let before: Vec<(String, (i32, i64))> = rows
+        .truncate
+        .map(|at| (format!("TRUNCATE {}", table.qualified()), at))
+        .into_iter()
+        .collect();
     let Some(keys) = rows.upsert_keys.clone() else {
         let copies: Vec<StagedCopy> = rows
             .shapes
@@ -242,10 +254,11 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             .filter(|r| !r.buffer.is_empty())
             .map(|r| staged(copy_statement(&table.qualified(), &names(&r.columns)), r))
             .collect();
-        return (!copies.is_empty()).then(|| TableWrite {
+        return (!copies.is_empty() || !before.is_empty()).then(|| TableWrite {
             table: table.to_string(),
             topic,
             setup: None,
+            before,
             copies,
             statements: Vec::new(),
             dead_letters,
@@ -253,8 +266,13 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             ddl: Vec::new(),
         });
     };
-    let staging = Staging::of(&table);
+    let staging = Staging::of(&table, rows.soft_delete.is_some());
     let key_names = names(&keys);
+    // Soft deletes stage the mark with the key.
+    let mut delete_names = key_names.clone();
+    if let Some(soft) = rows.soft_delete {
+        delete_names.extend(names(&[soft.column]));
+    }
     let mut copies = Vec::new();
     let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.buffer.is_empty());
     for r in rows.shapes {
@@ -266,12 +284,23 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         }
     }
     if let Some(deletes) = rows.deletes.filter(|d| !d.buffer.is_empty()) {
-        let mut cols = key_names.clone();
+        let mut cols = delete_names.clone();
         cols.push(quote_ident(ORDINAL));
         copies.push(staged(copy_statement(&staging.deletes, &cols), deletes));
     }
     if copies.is_empty() {
-        return None;
+        // Nothing staged: only a truncate, if anything.
+        return (!before.is_empty()).then(|| TableWrite {
+            table: table.to_string(),
+            topic,
+            setup: None,
+            before,
+            copies,
+            statements: Vec::new(),
+            dead_letters,
+            left_out: None,
+            ddl: Vec::new(),
+        });
     }
     let mut statements = Merge {
         table: &table,
@@ -280,6 +309,8 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         deletes: &staging.deletes,
         presence: &rows.presence,
         has_deletes,
+        soft_delete: rows.soft_delete,
+        first_wins: rows.first_wins,
     }
     .statements();
     // Another topic may stage rows for the same table in this transaction.
@@ -287,7 +318,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     Some(TableWrite {
         table: table.to_string(),
         topic,
-        setup: Some((staging.upserts.clone(), staging.create(&table, &key_names))),
+        // Named by both staging tables: topics of one table may stage deletes differently.
+        setup: Some((
+            format!("{} {}", staging.upserts, staging.deletes),
+            staging.create(&table, &delete_names),
+        )),
+        before,
         copies,
         statements,
         dead_letters,
@@ -306,7 +342,8 @@ impl Staging {
     /// Named by the table's oid and its shape: short and unique whatever the schema and table
     /// names, shared by every topic that writes the table, and new when the table's columns
     /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
-    fn of(table: &Table) -> Self {
+    /// Soft deletes, which stage their mark too, have their own delete staging.
+    fn of(table: &Table, soft: bool) -> Self {
         use std::hash::{Hash as _, Hasher as _};
         // SipHash with fixed keys: the same shape gets the same name for the process's life.
         let mut h = std::hash::DefaultHasher::new();
@@ -322,13 +359,13 @@ impl Staging {
         };
         Self {
             upserts: name("stage"),
-            deletes: name("delete"),
+            deletes: name(if soft { "softdel" } else { "delete" }),
         }
     }
 
     /// No constraints or defaults in staging: columns a record does not carry are simply not
     /// merged.
-    fn create(&self, table: &Table, key_names: &[String]) -> Vec<String> {
+    fn create(&self, table: &Table, delete_names: &[String]) -> Vec<String> {
         let ord = quote_ident(ORDINAL);
         vec![
             format!(
@@ -344,7 +381,7 @@ impl Staging {
             format!(
                 "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
                 self.deletes.trim_start_matches("pg_temp."),
-                key_names.join(", "),
+                delete_names.join(", "),
                 table.qualified()
             ),
             format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.deletes),
@@ -614,8 +651,11 @@ mod tests {
         for (write, folds) in [(&uniform.writes[0], false), (&varied.writes[0], true)] {
             assert_eq!(write.copies.len(), 1);
             assert_eq!(write.rows(), 2);
-            let staging = write.setup.as_ref().map(|(id, _)| id.as_str()).unwrap();
+            // The setup is named by both staging tables, the upserts' first.
+            let setup = write.setup.as_ref().map(|(id, _)| id.as_str()).unwrap();
+            let (staging, deletes) = setup.split_once(' ').unwrap();
             assert!(staging.starts_with("pg_temp.\"kps_stage_5_"), "{staging}");
+            assert!(deletes.starts_with("pg_temp.\"kps_delete_5_"), "{deletes}");
             assert_eq!(
                 write.copies[0].statement,
                 format!(
@@ -648,9 +688,9 @@ mod tests {
             default_sql: None,
         });
         let (a, b, again) = (
-            Staging::of(&before),
-            Staging::of(&after),
-            Staging::of(&table("t", 5)),
+            Staging::of(&before, false),
+            Staging::of(&after, false),
+            Staging::of(&table("t", 5), false),
         );
         assert_ne!(a.upserts, b.upserts);
         assert_ne!(a.deletes, b.deletes);

@@ -3,8 +3,11 @@
 //! Staged rows have every column, their record's ordinal in the batch and a presence mask of
 //! the columns the record carried. Per key, the last record wins; a record that left a column
 //! out neither sets nor clears it, even when another record of the batch carried it.
+//!
+//! Two variants: soft deletes mark rows instead of deleting them, and insert mode with
+//! `on_conflict = "ignore"` inserts the first record per key where the key has no row.
 
-use crate::mapping::Presence;
+use crate::mapping::{Presence, SoftDelete};
 use crate::schema::{quote_ident, ColumnType, Table};
 
 /// The ordinal column of staging tables: a record's position in its batch.
@@ -25,13 +28,23 @@ pub(crate) struct Merge<'a> {
     pub(crate) presence: &'a Presence,
     /// Whether deletes were staged.
     pub(crate) has_deletes: bool,
+    /// Deletes mark this column instead of removing rows.
+    pub(crate) soft_delete: Option<SoftDelete>,
+    /// Insert mode, `on_conflict = "ignore"`: the first row per key, and only new keys.
+    pub(crate) first_wins: bool,
 }
 
 impl Merge<'_> {
     /// The delete (first: a record after a delete starts a fresh row) and the merge.
     pub(crate) fn statements(&self) -> Vec<String> {
         let mut statements = Vec::new();
-        if self.has_deletes {
+        if self.first_wins {
+            if !self.presence.is_empty() {
+                statements.push(self.insert_first());
+            }
+            return statements;
+        }
+        if self.has_deletes && self.soft_delete.is_none() {
             // A partial record after the delete must not inherit the deleted row's other
             // columns, so the row cannot merely be updated.
             statements.push(format!(
@@ -48,7 +61,71 @@ impl Merge<'_> {
             // Only deletes were staged.
             None => {}
         }
+        if let (true, Some(soft)) = (self.has_deletes, self.soft_delete) {
+            statements.push(self.mark(soft));
+        }
         statements
+    }
+
+    /// Soft deletes, after the merge: a row stays as it is, upserts included, and a key whose
+    /// last records are deletes is marked by the first of them (the one that deleted it) —
+    /// unless it is marked already, or has no row (a delete of nothing changes nothing).
+    fn mark(&self, soft: SoftDelete) -> String {
+        let keys = self.key_names().join(", ");
+        let column = self.name(soft.column);
+        let ord = quote_ident(ORDINAL);
+        format!(
+            "UPDATE {target} t SET {column} = d.{column} FROM \
+             (SELECT DISTINCT ON ({keys}) {keys}, {column} FROM {del} x \
+             WHERE NOT EXISTS (SELECT 1 FROM {ups} u WHERE {u_x} AND u.{ord} > x.{ord}) \
+             ORDER BY {keys}, {ord}) d WHERE {t_d} AND {unmarked}",
+            target = self.table.qualified(),
+            del = self.deletes,
+            ups = self.upserts,
+            u_x = self.key_match("u", "x"),
+            t_d = self.key_match("t", "d"),
+            unmarked = soft.unmarked("t", &column),
+        )
+    }
+
+    /// `on_conflict = "ignore"`: the first row per key is inserted, with its columns'
+    /// defaults where it carried none, and a key that has a row keeps it.
+    fn insert_first(&self) -> String {
+        let uniform = self.presence.uniform();
+        let columns: Vec<u16> = match uniform {
+            Some(columns) => columns.to_vec(),
+            None => (0..self.table.columns.len() as u16)
+                .filter(|&c| self.keys.contains(&c) || self.presence.carried_by_any(c))
+                .collect(),
+        };
+        let mask = quote_ident(MASK);
+        let values: Vec<String> = columns
+            .iter()
+            .map(|&c| {
+                let name = self.name(c);
+                match (&self.table.columns[c as usize].default_sql, uniform) {
+                    (Some(default), None) if !self.keys.contains(&c) => format!(
+                        "CASE WHEN get_bit(s.{mask}, {c}) = 1 THEN s.{name} ELSE ({default}) END"
+                    ),
+                    _ => format!("s.{name}"),
+                }
+            })
+            .collect();
+        let keys = self.key_names().join(", ");
+        format!(
+            "INSERT INTO {target} ({cols}) SELECT {values} FROM \
+             (SELECT DISTINCT ON ({keys}) * FROM {ups} ORDER BY {keys}, {ord}) s \
+             ON CONFLICT ({keys}) DO NOTHING",
+            target = self.table.qualified(),
+            cols = columns
+                .iter()
+                .map(|&c| self.name(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            values = values.join(", "),
+            ups = self.upserts,
+            ord = quote_ident(ORDINAL),
+        )
     }
 
     /// Every row carried `columns`: the last row per key is inserted or updates those
@@ -180,8 +257,9 @@ impl Merge<'_> {
     }
 
     /// A staged row followed by a delete of its key in the same batch is not merged.
+    /// (A soft delete supersedes nothing: the row and its columns stay.)
     fn superseded(&self, alias: &str) -> String {
-        if !self.has_deletes {
+        if !self.has_deletes || self.soft_delete.is_some() {
             return String::new();
         }
         format!(

@@ -344,7 +344,12 @@ async fn check_mapping(
         Ok(mut mapper) => {
             let keys = mapper.key_columns();
             if !keys.is_empty() {
-                let _ = writeln!(out, "  upsert key: ({})", keys.join(", "));
+                // Insert mode has a key only to ignore conflicts on it.
+                let what = match topic.write_mode() {
+                    crate::config::WriteMode::Insert => "on_conflict = \"ignore\" key",
+                    crate::config::WriteMode::Upsert => "upsert key",
+                };
+                let _ = writeln!(out, "  {what}: ({})", keys.join(", "));
             }
             let mut warnings = Vec::new();
             for (i, (col, source)) in mapper.describe().enumerate() {

@@ -268,7 +268,13 @@ pub async fn replay(
         let failure = match encoded {
             // The sink's own kinds, so a replay never relabels a `decode` letter `mapping`.
             Err(EncodeError::Invalid(e)) => Some((ErrorKind::of(&e).as_str(), e.to_string())),
-            Err(EncodeError::ShapeChanged) => unreachable!("a fresh batch accepts any column list"),
+            Err(EncodeError::NeedsFreshBatch) => unreachable!("a fresh batch takes any record"),
+            // Replayed now, a truncate would empty the table of every row written after it.
+            Ok(()) if rows.truncate.is_some() => Some((
+                ErrorKind::Decode.as_str(),
+                "a Debezium truncate is never replayed: it would delete the rows written since"
+                    .to_string(),
+            )),
             Err(EncodeError::NeedSchema(id)) => Some((
                 ErrorKind::Schema.as_str(),
                 format!("schema {id} is still unknown after it was fetched"),
@@ -278,23 +284,10 @@ pub async fn replay(
                     topic,
                     produce_to: None,
                 };
-                let write = table_write(rows, target).expect("one row was encoded");
-                sqlx::query("SAVEPOINT kps_replay")
-                    .execute(&mut *tx)
-                    .await?;
-                let mut unused = Vec::new();
-                let write = crate::batch::TableWrite {
-                    dead_letters: None,
-                    ..write
-                };
-                match writer::apply_table(&mut tx, &write, &mut staged, &mut unused).await {
-                    Ok(()) => None,
-                    Err(e) => {
-                        sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")
-                            .execute(&mut *tx)
-                            .await?;
-                        Some(("rejected", e.to_string()))
-                    }
+                // An ignored truncate writes nothing: replayed, it is done.
+                match table_write(rows, target) {
+                    None => None,
+                    Some(write) => apply_replayed(&mut tx, write, &mut staged).await?,
                 }
             }
         };
@@ -326,4 +319,32 @@ pub async fn replay(
         );
     }
     Ok(done)
+}
+
+/// Applies one replayed letter's write under a savepoint: a row PostgreSQL refuses is a
+/// `rejected` failure and leaves nothing behind.
+async fn apply_replayed(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    write: crate::batch::TableWrite,
+    staged: &mut std::collections::HashSet<String>,
+) -> Result<Option<(&'static str, String)>, sqlx::Error> {
+    sqlx::query("SAVEPOINT kps_replay")
+        .execute(&mut **tx)
+        .await?;
+    let mut unused = Vec::new();
+    let write = crate::batch::TableWrite {
+        dead_letters: None,
+        ..write
+    };
+    Ok(
+        match writer::apply_table(tx, &write, staged, &mut unused).await {
+            Ok(()) => None,
+            Err(e) => {
+                sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")
+                    .execute(&mut **tx)
+                    .await?;
+                Some(("rejected", e.to_string()))
+            }
+        },
+    )
 }

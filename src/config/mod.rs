@@ -37,8 +37,9 @@ use secrets::expand_env;
 pub(crate) use secrets::spelled;
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
-    AutoEvolve, ByteaEncoding, ColumnSpec, Encoding, KeyFrom, MetadataColumns, OnError,
-    RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, WriteMode,
+    AutoEvolve, ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns,
+    OnConflict, OnError, RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode,
+    WriteMode,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -182,6 +183,22 @@ impl Settings {
                 return invalid(format!(
                     "topic {label}: delete_on_tombstone needs mode = \"upsert\""
                 ));
+            }
+            if topic.truncate != TruncateMode::Fail && topic.format != RecordFormat::Debezium {
+                return invalid(format!(
+                    "topic {label}: truncate applies to format = \"debezium\" (its op \"t\" events)"
+                ));
+            }
+            match (topic.delete_mode, &topic.soft_delete_column) {
+                (DeleteMode::Soft, None) => return invalid(format!("topic {label}: delete_mode = \"soft\" needs soft_delete_column, the column a delete sets")),
+                (DeleteMode::Hard, Some(_)) => return invalid(format!("topic {label}: soft_delete_column needs delete_mode = \"soft\"")),
+                (DeleteMode::Soft, Some(_)) if !(topic.format == RecordFormat::Debezium || topic.delete_on_tombstone) => {
+                    return invalid(format!("topic {label}: delete_mode = \"soft\" needs deletes: format = \"debezium\", or mode = \"upsert\" with delete_on_tombstone = true"))
+                }
+                _ => {}
+            }
+            if topic.on_conflict == OnConflict::Ignore && mode != WriteMode::Insert {
+                return invalid(format!("topic {label}: on_conflict = \"ignore\" applies to mode = \"insert\" (upsert already resolves conflicts: the last record wins)"));
             }
             if topic.key_from != KeyFrom::Value && mode != WriteMode::Upsert {
                 return invalid(format!("topic {label}: key_from needs mode = \"upsert\""));
@@ -487,6 +504,45 @@ mod tests {
 
     /// Registry formats (value, Debezium encoding or key) need `[schema_registry]`; `encoding`
     /// belongs to Debezium only; with the section they load.
+    #[test]
+    fn truncate_soft_deletes_and_on_conflict_are_refused_where_they_cannot_apply() {
+        for (extra, expected) in [
+            (
+                "truncate = \"apply\"",
+                "truncate applies to format = \"debezium\"",
+            ),
+            (
+                "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"",
+                "needs soft_delete_column",
+            ),
+            (
+                "soft_delete_column = \"gone\"",
+                "needs delete_mode = \"soft\"",
+            ),
+            (
+                "mode = \"upsert\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+                "needs deletes",
+            ),
+            (
+                "mode = \"upsert\"\non_conflict = \"ignore\"",
+                "applies to mode = \"insert\"",
+            ),
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{extra}: {err}");
+        }
+        for extra in [
+            "format = \"debezium\"\ntruncate = \"apply\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+            "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
+            "on_conflict = \"ignore\"",
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let loaded = Settings::load(Some(file.path()), &Overrides::default());
+            assert!(loaded.is_ok(), "{extra}: {:?}", loaded.err());
+        }
+    }
+
     #[test]
     fn registry_formats_need_a_schema_registry() {
         for extra in [

@@ -62,6 +62,22 @@ pub struct TopicSettings {
     /// In upsert mode, a record with a null value (a tombstone) deletes its key's row.
     #[serde(default)]
     pub delete_on_tombstone: bool,
+    /// Debezium truncate events (`op = "t"`): stop on them (`fail`), skip them, or empty the
+    /// table in the batch's transaction, in order with the rows around them.
+    #[serde(default)]
+    pub truncate: TruncateMode,
+    /// How a delete (tombstone or Debezium `d`) is applied: remove the row, or mark it in
+    /// `soft_delete_column` and keep it.
+    #[serde(default)]
+    pub delete_mode: DeleteMode,
+    /// With `delete_mode = "soft"`: the boolean, timestamp or timestamptz column a delete sets
+    /// (true, or the delete record's Kafka timestamp) and an upsert clears (false, or NULL).
+    #[serde(default)]
+    pub soft_delete_column: Option<String>,
+    /// Insert mode: what a record whose key already has a row does (`error`: PostgreSQL's
+    /// unique violation; `ignore`: nothing, the existing row and the first record per key win).
+    #[serde(default)]
+    pub on_conflict: OnConflict,
     /// `raw` format: the column that takes the whole value.
     #[serde(default)]
     pub raw_column: Option<String>,
@@ -147,6 +163,44 @@ impl TimeUnit {
             TimeUnit::Ns => "epoch nanoseconds",
         }
     }
+}
+
+/// What a Debezium truncate event does. Failing is the default: emptying a table is not
+/// something a sink should start doing unasked, and skipping one silently diverges from the
+/// source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TruncateMode {
+    /// A `decode` error, per `on_error`.
+    #[default]
+    Fail,
+    /// The record is taken and nothing is written.
+    Ignore,
+    /// `TRUNCATE` the table in the batch's transaction, after the rows before it and before
+    /// the rows after it.
+    Apply,
+}
+
+/// How deletes reach the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeleteMode {
+    /// The row is deleted.
+    #[default]
+    Hard,
+    /// The row stays, marked in `soft_delete_column`.
+    Soft,
+}
+
+/// What an insert does when its key already has a row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// PostgreSQL refuses the row (a `rejected` error, per `on_error`).
+    #[default]
+    Error,
+    /// Insert or do nothing on the key.
+    Ignore,
 }
 
 /// What happens to a record the sink cannot write.

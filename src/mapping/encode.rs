@@ -12,9 +12,7 @@ use super::envelope::{self, Op};
 use super::pointer::JsonRef;
 use super::rows::presence_mask;
 use super::transcode;
-use super::{
-    pointer, ConfiguredUnit, EncodeError, MapError, Meta, Rows, Source, TableRows, TopicMapper,
-};
+use super::{pointer, ConfiguredUnit, EncodeError, MapError, Meta, Source, TableRows, TopicMapper};
 use crate::config::RecordFormat;
 use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
@@ -35,7 +33,7 @@ type FieldSpans = (Vec<std::ops::Range<usize>>, Arc<[Option<usize>]>);
 /// A column's value for one record, borrowed from the record or the mapping: found for every
 /// column before the row begins, so a missing or null value fails the record with nothing
 /// written.
-enum Value<'a> {
+pub(super) enum Value<'a> {
     /// Nothing there: the column is left out (its default applies) or is an error.
     Absent,
     /// JSON `null`, or a tombstone's raw value.
@@ -96,6 +94,9 @@ impl TopicMapper {
             },
             _ => envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?,
         };
+        if decoded.op == Op::Truncate {
+            return self.encode_truncate(record, rows);
+        }
         let transcoded_key;
         let key = match record.key {
             Some(k) if self.needs_key || decoded.op == Op::Delete => {
@@ -135,6 +136,7 @@ impl TopicMapper {
         match decoded.op {
             Op::Write => self.encode_write(record, rows, value_of),
             Op::Delete => self.encode_delete(record, rows, value_of, key),
+            Op::Truncate => unreachable!("returned above"),
         }
     }
 
@@ -170,7 +172,7 @@ impl TopicMapper {
     }
 
     /// Names the column, its type and where the value came from, so the error says what to fix.
-    fn bad_value(&self, i: usize, reason: String) -> MapError {
+    pub(super) fn bad_value(&self, i: usize, reason: String) -> MapError {
         let col = &self.table.columns[i];
         MapError::BadValue {
             column: col.name.clone(),
@@ -346,65 +348,9 @@ impl TopicMapper {
         written.map_err(EncodeError::Invalid)
     }
 
-    /// Deletes get their own COPY of key columns and ordinal, so the merge can tell whether a
-    /// key's last record in the batch was a delete or an upsert.
-    fn encode_delete<'a>(
-        &'a self,
-        record: &RecordView<'a>,
-        rows: &mut TableRows,
-        value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
-        key: Option<Input<'a>>,
-    ) -> Result<(), EncodeError> {
-        let Some(keys) = self.upsert_keys.clone() else {
-            return Err(MapError::DeleteNeedsUpsert.into());
-        };
-        let mut values = Vec::with_capacity(keys.len());
-        for &k in keys.iter() {
-            let k = k as usize;
-            let mut value = value_of(k)?;
-            // A tombstone has no document: a key column read from the value is looked up in
-            // the record key instead (Debezium keys carry the key columns by name).
-            if let (Value::Absent, Source::Doc(path), Some(Input::Json(raw))) =
-                (&value, &self.sources[k], key)
-            {
-                value = match pointer::descend(raw, path).map_err(|r| self.bad_value(k, r))? {
-                    Some(v) if v.get() != "null" => Value::In(Input::Json(v), None),
-                    _ => Value::Absent,
-                };
-            }
-            if matches!(value, Value::Absent | Value::Null) {
-                return Err(MapError::MissingKey {
-                    column: self.table.columns[k].name.clone(),
-                }
-                .into());
-            }
-            values.push((k, value));
-        }
-        let ordinal = rows.next_ordinal;
-        let keep = rows.keep_origins;
-        let deletes = rows.deletes.get_or_insert_with(|| Rows::new(keys.to_vec()));
-        let copy = &mut deletes.buffer;
-        let mark = copy.begin_row(values.len() + 1);
-        for (k, value) in &values {
-            if let Err(reason) = self.write_value(*k, value, record, copy) {
-                copy.undo_row(mark);
-                return Err(self.bad_value(*k, reason).into());
-            }
-        }
-        copy.bytes(&ordinal.to_be_bytes());
-        copy.end_row(mark);
-        deletes.note(
-            ordinal,
-            record,
-            keep.then(|| OwnedRecord::from_view(record)),
-        );
-        rows.next_ordinal += 1;
-        Ok(())
-    }
-
     /// Absent and null both write NULL here: whether either is allowed was settled before the
     /// row began.
-    fn write_value(
+    pub(super) fn write_value(
         &self,
         i: usize,
         value: &Value<'_>,

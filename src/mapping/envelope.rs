@@ -22,6 +22,8 @@ pub enum Op {
     Write,
     /// Delete the row with the document's (or the record key's) key.
     Delete,
+    /// Empty the table (Debezium `t`); the topic's `truncate` setting says whether it may.
+    Truncate,
 }
 
 /// A decoded record: the operation, the row document (absent for tombstones and raw values)
@@ -169,9 +171,17 @@ pub fn decode<'a>(
             let (op, side) = match op.as_str() {
                 "c" | "r" | "u" => (Op::Write, "after"),
                 "d" => (Op::Delete, "before"),
+                // No row and no key: nothing more of the event is read.
+                "t" => {
+                    return Ok(Decoded {
+                        op: Op::Truncate,
+                        doc: None,
+                        hints: None,
+                    })
+                }
                 other => {
                     return Err(MapError::Unsupported(format!(
-                        "Debezium op {other:?} (only c, r, u and d are applied)"
+                        "Debezium op {other:?} (only c, r, u, d and, with truncate, t are applied)"
                     )))
                 }
             };
@@ -375,9 +385,13 @@ mod tests {
         );
         let tombstone = decode(RecordFormat::Debezium, None, false, &cache).unwrap();
         assert_eq!(tombstone.op, Op::Delete);
-        let truncate = br#"{"op":"t"}"#;
+        // Whether a truncate may apply is the topic's setting, decided by the mapper.
+        let truncate = br#"{"op":"t","before":null,"after":null}"#;
+        let t = decode(RecordFormat::Debezium, Some(truncate), false, &cache).unwrap();
+        assert_eq!((t.op, t.doc), (Op::Truncate, None));
+        let message = br#"{"op":"m"}"#;
         assert!(matches!(
-            decode(RecordFormat::Debezium, Some(truncate), false, &cache),
+            decode(RecordFormat::Debezium, Some(message), false, &cache),
             Err(MapError::Unsupported(_))
         ));
     }

@@ -17,9 +17,11 @@ mod json_write;
 mod keys;
 mod pointer;
 mod protobuf;
+mod removal;
 mod rows;
 mod schema_fields;
 mod schema_types;
+mod soft_delete;
 mod source;
 #[cfg(test)]
 mod test_support;
@@ -35,9 +37,12 @@ pub use convert::Hint;
 pub use encode::MAX_JSON_DEPTH;
 pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
+pub(crate) use soft_delete::{Marker, SoftDelete};
 pub use source::{Meta, Source};
 
-use crate::config::{Encoding, OnError, RecordFormat, TimeUnit, TopicSettings, WriteMode};
+use crate::config::{
+    Encoding, OnConflict, OnError, RecordFormat, TimeUnit, TopicSettings, TruncateMode, WriteMode,
+};
 use crate::registry::{RegisteredSchema, SchemaKind};
 use crate::schema::{Column, Table};
 use column_settings::{hex_columns, is_time, time_units, ConfiguredUnit};
@@ -88,9 +93,10 @@ pub enum MapError {
 pub enum EncodeError {
     /// The record itself is bad.
     Invalid(MapError),
-    /// An upsert batch holds one column list per table (so the last record per key wins
-    /// exactly); this record has another. Seal the batch and encode it again.
-    ShapeChanged,
+    /// The record must be the first of its table in a batch (a truncate that meets rows of
+    /// its table already there, so the rows before it commit before the table is emptied):
+    /// seal the batch and encode the record again in a fresh one.
+    NeedsFreshBatch,
     /// The record is written with registry schema `id`, which this mapping has not learnt:
     /// fetch it (`learn`) and encode the record again.
     NeedSchema(u32),
@@ -133,6 +139,13 @@ pub struct TopicMapper {
     /// Every column, the COPY list of upsert rows.
     all_columns: Vec<u16>,
     delete_on_tombstone: bool,
+    /// What a Debezium truncate does.
+    truncate: TruncateMode,
+    /// Deletes mark a column instead of removing the row.
+    soft_delete: Option<SoftDelete>,
+    /// Insert mode with `on_conflict = "ignore"`: rows are staged by key like upserts, and
+    /// the first per key is inserted unless the key has a row.
+    ignore_conflicts: bool,
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
@@ -189,11 +202,23 @@ impl TopicMapper {
             reason,
         };
         let mode = topic.write_mode();
+        let ignore_conflicts = mode == WriteMode::Insert && topic.on_conflict == OnConflict::Ignore;
         let key_names = match mode {
+            WriteMode::Insert if ignore_conflicts => upsert_key_names(topic, &table)
+                .map_err(|e| err(format!("on_conflict = \"ignore\": {e}")))?,
             WriteMode::Insert => Vec::new(),
             WriteMode::Upsert => upsert_key_names(topic, &table).map_err(err)?,
         };
-        let sources = source::plan(topic, &table, &key_names).map_err(err)?;
+        let mut sources = source::plan(topic, &table, &key_names).map_err(err)?;
+        let soft_delete = soft_delete::resolve(topic, &table, &mut sources).map_err(err)?;
+        if let Some(soft) = soft_delete {
+            let name = &table.columns[soft.column as usize].name;
+            if key_names.contains(name) {
+                return Err(err(format!(
+                    "soft_delete_column {name:?} is a key column; a delete cannot change the key"
+                )));
+            }
+        }
         let mut fields = HashMap::new();
         let mut slot_of = vec![None; sources.len()];
         for (i, s) in sources.iter().enumerate() {
@@ -205,8 +230,8 @@ impl TopicMapper {
             }
         }
         let upsert_keys = match mode {
-            WriteMode::Insert => None,
-            WriteMode::Upsert => Some(
+            WriteMode::Insert if !ignore_conflicts => None,
+            WriteMode::Insert | WriteMode::Upsert => Some(
                 key_names
                     .iter()
                     .map(|k| {
@@ -235,6 +260,9 @@ impl TopicMapper {
             key_encoding: topic.key_format,
             decoders: HashMap::new(),
             delete_on_tombstone: topic.delete_on_tombstone,
+            truncate: topic.truncate,
+            soft_delete,
+            ignore_conflicts,
             sources,
             fields,
             slot_of,
@@ -368,11 +396,14 @@ impl TopicMapper {
 
     /// Rows for this topic's table, as a batch needs them (upsert keeps one column list).
     pub fn new_rows(&self) -> TableRows {
-        TableRows::new(
+        let mut rows = TableRows::new(
             self.table.clone(),
             self.upsert_keys.clone(),
             self.on_error == OnError::DeadLetter,
-        )
+        );
+        rows.soft_delete = self.soft_delete;
+        rows.first_wins = self.ignore_conflicts;
+        rows
     }
 
     /// Each column with where its value comes from, for `check`.

@@ -8,6 +8,8 @@ use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
 use crate::schema::Table;
 
+use super::SoftDelete;
+
 /// Rows with one column list, in one COPY stream.
 pub struct Rows {
     pub columns: Vec<u16>,
@@ -61,6 +63,14 @@ pub struct TableRows {
     pub presence: Presence,
     /// Keep each row's record (for dead letters of rows PostgreSQL rejects).
     pub keep_origins: bool,
+    /// The position of a truncate that empties the table before these rows (it is always
+    /// the first of its table in a batch).
+    pub truncate: Option<(i32, i64)>,
+    /// Deletes mark this column instead of removing rows.
+    pub(crate) soft_delete: Option<SoftDelete>,
+    /// Insert mode with `on_conflict = "ignore"`: the first row per key is inserted unless
+    /// the key has a row, and nothing is updated.
+    pub first_wins: bool,
     /// The next record's position in the batch.
     pub(super) next_ordinal: i64,
     /// Reused column list, so encoding a record allocates none.
@@ -86,6 +96,9 @@ impl TableRows {
             upsert_keys,
             presence: Presence::default(),
             keep_origins,
+            truncate: None,
+            soft_delete: None,
+            first_wins: false,
             next_ordinal: 0,
             scratch: Vec::new(),
             mask_scratch: Vec::new(),

@@ -32,7 +32,7 @@ fn encode(m: &TopicMapper, value: &str) -> Result<TableRows, MapError> {
     match m.encode(&record(value), &mut rows) {
         Ok(()) => Ok(rows),
         Err(EncodeError::Invalid(e)) => Err(e),
-        Err(EncodeError::ShapeChanged) => panic!("a fresh batch never changes shape"),
+        Err(EncodeError::NeedsFreshBatch) => panic!("a fresh batch never changes shape"),
         Err(EncodeError::NeedSchema(id)) => panic!("JSON records need no schema ({id})"),
     }
 }
@@ -1167,5 +1167,164 @@ fn bytea_encoding_names_bytea_columns_and_time_units_take_times_of_day_and_inter
     assert_eq!(
         (topic_unit.time_unit(2), topic_unit.time_unit(3)),
         (None, None)
+    );
+}
+
+/// `truncate = "ignore"` takes a `t` and writes nothing; `apply` marks a fresh batch's rows to
+/// be emptied first, and one meeting rows of its table asks for a fresh batch, leaving the
+/// rows as they were.
+#[test]
+fn truncates_are_ignored_or_come_first_in_their_batch() {
+    let tbl = table(
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("v", ColumnType::Text, false, false),
+        ],
+        &["id"],
+    );
+    let t = r#"{"op":"t","before":null,"after":null}"#;
+    let ignoring = TopicMapper::new(
+        &topic("format = \"debezium\"\ntruncate = \"ignore\""),
+        tbl.clone(),
+    )
+    .unwrap();
+    let mut rows = ignoring.new_rows();
+    ignoring.encode(&record(t), &mut rows).unwrap();
+    assert_eq!((rows.rows(), rows.truncate), (0, None));
+
+    let applying =
+        TopicMapper::new(&topic("format = \"debezium\"\ntruncate = \"apply\""), tbl).unwrap();
+    let mut rows = applying.new_rows();
+    applying.encode(&record(t), &mut rows).unwrap();
+    assert_eq!(rows.truncate, Some((3, 42)));
+    let create = r#"{"op":"c","before":null,"after":{"id":1,"v":"a"}}"#;
+    applying.encode(&record(create), &mut rows).unwrap();
+    assert_eq!(rows.rows(), 1, "rows after the truncate join its batch");
+    let bytes = rows.bytes();
+    assert_eq!(
+        applying.encode(&record(t), &mut rows),
+        Err(EncodeError::NeedsFreshBatch)
+    );
+    assert_eq!((rows.rows(), rows.bytes()), (1, bytes));
+}
+
+/// What a soft delete column may be, and what deletes and upserts write into it: a delete
+/// stages its key and mark (true, or the record's timestamp), an upsert carries the value
+/// that revives a row (false, or NULL) whatever the record says.
+#[test]
+fn soft_delete_columns_are_checked_and_set_by_deletes_and_upserts() {
+    let columns = |mark: Column| {
+        table(
+            vec![
+                col("id", ColumnType::Int8, true, false),
+                col("v", ColumnType::Text, false, false),
+                mark,
+            ],
+            &["id"],
+        )
+    };
+    let soft = |column: &str| {
+        format!("mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"{column}\"")
+    };
+    for (mark, settings, expected) in [
+        (
+            col("gone", ColumnType::Text, false, false),
+            soft("gone"),
+            "must be boolean, timestamp or timestamptz",
+        ),
+        (
+            col("gone", ColumnType::Timestamptz, true, false),
+            soft("gone"),
+            "is NOT NULL",
+        ),
+        (
+            col("gone", ColumnType::Bool, false, false),
+            soft("nope"),
+            "is not a column",
+        ),
+        (
+            col("gone", ColumnType::Bool, false, false),
+            soft("id"),
+            "must be boolean",
+        ),
+        (
+            col("gone", ColumnType::Bool, false, false),
+            format!("{}\n[columns]\ngone = \"/g\"", soft("gone")),
+            "cannot also be mapped",
+        ),
+    ] {
+        let err = TopicMapper::new(&topic(&settings), columns(mark)).unwrap_err();
+        assert!(err.reason.contains(expected), "{}: {err}", expected);
+    }
+
+    let m = TopicMapper::new(
+        &topic(&soft("gone")),
+        columns(col("gone", ColumnType::Timestamptz, false, false)),
+    )
+    .unwrap();
+    let mut rows = m.new_rows();
+    m.encode(
+        &record(r#"{"id":1,"v":"a","gone":"2020-01-01T00:00:00Z"}"#),
+        &mut rows,
+    )
+    .unwrap();
+    let row = fields(&rows);
+    assert_eq!(
+        row[2], None,
+        "an upsert clears the mark whatever the record says"
+    );
+    let mut tombstone = record("");
+    tombstone.value = None;
+    tombstone.key = Some(br#"{"id":1}"#);
+    m.encode(&tombstone, &mut rows).unwrap();
+    let deletes = rows.deletes.as_ref().unwrap();
+    let staged = first_row(deletes.buffer.as_bytes());
+    // 2023-11-14T22:13:20Z in microseconds since 2000-01-01.
+    let micros = (1_700_000_000_000i64 - 946_684_800_000) * 1_000;
+    assert_eq!(staged[1], Some(micros.to_be_bytes().to_vec()));
+    tombstone.timestamp = None;
+    let err = m.encode(&tombstone, &mut rows).unwrap_err();
+    assert!(format!("{err:?}").contains("no timestamp"), "{err:?}");
+
+    let m = TopicMapper::new(
+        &topic(&soft("gone")),
+        columns(col("gone", ColumnType::Bool, true, true)),
+    )
+    .unwrap();
+    let mut rows = m.new_rows();
+    m.encode(&record(r#"{"id":1,"v":"a"}"#), &mut rows).unwrap();
+    assert_eq!(fields(&rows)[2], Some(vec![0]));
+    let mut tombstone = record("");
+    tombstone.value = None;
+    tombstone.key = Some(br#"{"id":1}"#);
+    m.encode(&tombstone, &mut rows).unwrap();
+    let staged = first_row(rows.deletes.as_ref().unwrap().buffer.as_bytes());
+    assert_eq!(staged[1], Some(vec![1]));
+}
+
+/// `on_conflict = "ignore"` needs a key with a unique index, stages rows by key, and takes
+/// no deletes.
+#[test]
+fn on_conflict_ignore_needs_a_unique_key_and_stages_by_it() {
+    let columns = vec![
+        col("id", ColumnType::Int8, true, false),
+        col("v", ColumnType::Text, false, false),
+    ];
+    let err = TopicMapper::new(
+        &topic("on_conflict = \"ignore\""),
+        table(columns.clone(), &[]),
+    )
+    .unwrap_err();
+    assert!(err.reason.contains("on_conflict = \"ignore\""), "{err}");
+    let m = TopicMapper::new(&topic("on_conflict = \"ignore\""), table(columns, &["id"])).unwrap();
+    assert_eq!(m.key_columns(), ["id"]);
+    let rows = encode(&m, r#"{"id":1}"#).unwrap();
+    assert!(rows.first_wins && rows.upsert_keys.is_some());
+    let mut tombstone = record("");
+    tombstone.value = None;
+    let mut rows = m.new_rows();
+    assert_eq!(
+        m.encode(&tombstone, &mut rows),
+        Err(EncodeError::Invalid(MapError::Tombstone))
     );
 }

@@ -286,8 +286,8 @@ impl Pipeline {
                 }
             }
         }
-        if encoded == Err(EncodeError::ShapeChanged) {
-            // An upsert batch keeps one column list per table: start a new batch.
+        if encoded == Err(EncodeError::NeedsFreshBatch) {
+            // The record must come first in its table's batch (a truncate): start a new one.
             self.seal_and_send(lane);
             // Sealing may have waited for a result that started a rewind: then this record
             // must not enter the new batch (it will be read again).
@@ -299,8 +299,8 @@ impl Pipeline {
         if let Err(e) = encoded {
             let error = match e {
                 EncodeError::Invalid(e) => e,
-                EncodeError::ShapeChanged => {
-                    MapError::Unsupported("a column list that does not fit a fresh batch".into())
+                EncodeError::NeedsFreshBatch => {
+                    MapError::Unsupported("a record that does not fit a fresh batch".into())
                 }
                 EncodeError::NeedSchema(id) => {
                     MapError::Schema(format!("schema {id} is still unknown after it was fetched"))

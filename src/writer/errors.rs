@@ -51,8 +51,9 @@ pub(super) fn classify(e: sqlx::Error) -> Outcome {
             let message = describe_db_error(&e);
             match &code[..code.len().min(2)] {
                 // data exception, integrity violation, syntax/access (missing table, column,
-                // privilege): the same batch fails the same way every time.
-                "22" | "23" | "42" => Outcome::Permanent(message),
+                // privilege), feature not supported (a truncate of a table foreign keys
+                // reference): the same batch fails the same way every time.
+                "0A" | "22" | "23" | "42" => Outcome::Permanent(message),
                 _ => Outcome::Transient(message),
             }
         }
@@ -136,7 +137,7 @@ mod tests {
     /// error without a SQLSTATE) may pass on a retry.
     #[test]
     fn classify_sorts_by_sqlstate_class() {
-        for code in ["22003", "23505", "42P01", "42501"] {
+        for code in ["0A000", "22003", "23505", "42P01", "42501"] {
             match classify(db(Some(code), "refused")) {
                 Outcome::Permanent(m) => assert_eq!(m, format!("refused (SQLSTATE {code})")),
                 other => panic!("{code}: {other:?}"),

@@ -259,6 +259,12 @@ async fn apply_rows(
             staged.insert(id.clone());
         }
     }
+    // Before any row, and outside the savepoints a failed write is split by, so it runs once.
+    for (statement, at) in &write.before {
+        if crate::batch::kept(*at, write.left_out) {
+            sqlx::query(statement).execute(&mut *conn).await?;
+        }
+    }
     let (lo, hi) = write.span();
     if write.dead_letters.is_none() && !search {
         return apply_range(conn, write, lo, hi).await.map(|()| None);
@@ -367,6 +373,7 @@ mod tests {
             table: table.into(),
             topic: topic.into(),
             setup: None,
+            before: Vec::new(),
             copies: vec![StagedCopy {
                 statement: format!("COPY {table} (o) FROM STDIN (FORMAT binary)"),
                 data: buffer.finish_rows(),

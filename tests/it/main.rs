@@ -25,6 +25,7 @@ mod partitioned;
 mod positions;
 mod protobuf;
 mod rebalance;
+mod records;
 mod registry;
 mod rejected;
 mod restarts;

@@ -994,7 +994,7 @@ mod tests {
             match m.encode(&record, rows) {
                 Ok(()) => {}
                 Err(EncodeError::Invalid(e)) => panic!("{e} in {json}"),
-                Err(EncodeError::ShapeChanged) => panic!("a fresh batch never changes shape"),
+                Err(EncodeError::NeedsFreshBatch) => panic!("a fresh batch never changes shape"),
                 Err(EncodeError::NeedSchema(id)) => panic!("JSON text needs no schema ({id})"),
             }
         }
