@@ -15,7 +15,9 @@ use regex::Regex;
 
 use crate::config::table_from::{MAX_IDENTIFIER_BYTES, PLACEHOLDER};
 use crate::config::{RecordFormat, TableFrom, TopicSettings};
-use crate::mapping::TopicMapper;
+use crate::dead_letter::ErrorKind;
+use crate::mapping::pointer::{self, JsonRef};
+use crate::mapping::{MapError, TopicMapper, MAX_JSON_DEPTH};
 use crate::record::RecordView;
 
 /// Which tables a routed topic may write.
@@ -30,8 +32,13 @@ enum Allowed {
 #[derive(Debug)]
 pub struct TablePicker {
     from: TableFrom,
-    /// The field's pointer, parsed once.
+    /// The field's pointer as configured, for messages.
     pointer: String,
+    /// Its tokens, parsed once.
+    tokens: Vec<String>,
+    /// The topic's `max_record_bytes`: a larger record is `too_large` before its table is
+    /// read from it, as it would be before it is decoded.
+    max_record_bytes: u64,
     template: String,
     allowed: Allowed,
     /// Connect JSON and Debezium: a value in the `{"schema", "payload"}` envelope is read from
@@ -42,10 +49,32 @@ pub struct TablePicker {
     skip_tombstones: bool,
 }
 
-/// Why a record names no table it may write: a `routing` dead letter, or a stop.
+/// Why a record names no table it may write: a dead letter of `kind` (`routing`, or
+/// `too_large`/`decode` for a record refused before any table is read from it), or a stop.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RouteError(pub String);
+#[error("{why}")]
+pub struct RouteError {
+    pub kind: ErrorKind,
+    pub why: String,
+}
+
+impl RouteError {
+    /// The record names no table it may write.
+    fn routing(why: String) -> Self {
+        Self {
+            kind: ErrorKind::Routing,
+            why,
+        }
+    }
+
+    /// The record is refused as the mapping would refuse it, before its table is known.
+    fn mapping(e: &MapError) -> Self {
+        Self {
+            kind: ErrorKind::of(e),
+            why: e.to_string(),
+        }
+    }
+}
 
 /// What a record's routing comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,9 +104,13 @@ impl TablePicker {
             TableFrom::Field(p) => p.clone(),
             TableFrom::Header(_) => String::new(),
         };
+        let tokens = pointer::parse(&pointer)
+            .map_err(|e| format!("topic {}: table_from.field: {e}", settings.label()))?;
         Ok(Some(Self {
             from,
             pointer,
+            tokens,
+            max_record_bytes: settings.max_record_bytes.as_u64(),
             template: settings.table.clone(),
             allowed,
             in_payload: matches!(
@@ -128,7 +161,14 @@ impl TablePicker {
     /// The table `record` names, checked against the allow-list; an error (a `routing` dead
     /// letter) when it names none, an unusable one, or one outside the list.
     pub fn pick(&self, record: &RecordView<'_>) -> Result<Picked, RouteError> {
-        let err = |why: String| Err(RouteError(why));
+        let err = |why: String| Err(RouteError::routing(why));
+        let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
+        if bytes as u64 > self.max_record_bytes {
+            return Err(RouteError::mapping(&MapError::TooLarge {
+                bytes,
+                limit: self.max_record_bytes,
+            }));
+        }
         let name = match &self.from {
             TableFrom::Header(header) => {
                 match record
@@ -187,31 +227,52 @@ impl TablePicker {
         Ok(Picked::Table(table))
     }
 
-    /// The string at the field's pointer in the value (as produced: JSON).
+    /// The string at the field's pointer in the value (as produced: JSON), read over the
+    /// borrowed text: no tree of the value is built, only the objects on the way are scanned.
     fn field(&self, value: &[u8]) -> Result<String, RouteError> {
-        let err = |why: String| Err(RouteError(why));
-        let doc: serde_json::Value = match serde_json::from_slice(value) {
-            Ok(doc) => doc,
+        let err = |why: String| Err(RouteError::routing(why));
+        // Refused as the mapping refuses it, before anything deeper is parsed.
+        if crate::mapping::nests_deeper_than(value, MAX_JSON_DEPTH) {
+            return Err(RouteError::mapping(&MapError::TooDeep(MAX_JSON_DEPTH)));
+        }
+        let doc = match std::str::from_utf8(value)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                serde_json::from_str::<&serde_json::value::RawValue>(text)
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(raw) => JsonRef::of(raw),
             Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
         };
-        let doc = match doc {
-            serde_json::Value::Object(mut top)
-                if self.in_payload && top.contains_key("payload") =>
-            {
-                top.remove("payload").unwrap_or_default()
-            }
-            doc => doc,
+        let doc = match self.in_payload && doc.get().starts_with('{') {
+            true => match pointer::field(doc, "payload") {
+                Ok(Some(payload)) => payload,
+                Ok(None) => doc,
+                Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+            },
+            false => doc,
         };
-        match doc.pointer(&self.pointer) {
-            Some(serde_json::Value::String(s)) => Ok(s.clone()),
-            Some(serde_json::Value::Null) | None => err(format!(
+        let found = match pointer::descend(doc, &self.tokens) {
+            Ok(found) => found,
+            Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+        };
+        let text = found.map_or("null", JsonRef::get);
+        match text.as_bytes().first() {
+            Some(b'"') => serde_json::from_str::<String>(text)
+                .or_else(|e| err(format!("{:?} is not a string: {e}", self.pointer))),
+            Some(b'n') => err(format!(
                 "the value has no {:?} to name its table",
                 self.pointer
             )),
-            Some(other) => err(format!(
+            first => err(format!(
                 "{:?} is {}, not a table name",
                 self.pointer,
-                kind(other)
+                match first {
+                    Some(b't' | b'f') => "a boolean",
+                    Some(b'[') => "an array",
+                    Some(b'{') => "an object",
+                    _ => "a number",
+                }
             )),
         }
     }
@@ -247,17 +308,6 @@ pub async fn load_listed(
     loaded
 }
 
-/// For messages.
-fn kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-        _ => "a string",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,7 +336,10 @@ mod tests {
 
     fn routing(e: Result<Picked, RouteError>) -> String {
         match e {
-            Err(RouteError(why)) => why,
+            Err(RouteError {
+                kind: ErrorKind::Routing,
+                why,
+            }) => why,
             other => panic!("expected a routing error, got {other:?}"),
         }
     }
@@ -364,5 +417,56 @@ mod tests {
         assert!(
             routing(p.pick(&view(Some(br#"{"source":{"table":7}}"#), &[]))).contains("a number")
         );
+    }
+
+    /// The size is checked before the table is read: a record over `max_record_bytes` is
+    /// `too_large` (routed by header or by field), one nested deeper than the mapping takes is
+    /// `decode`, not `routing`; the field is read from the borrowed text, escapes and all.
+    #[test]
+    fn a_record_too_large_or_too_deep_is_refused_as_the_mapping_would() {
+        let p = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "{}"
+               format = "debezium"
+               max_record_bytes = 200
+               table_from = { field = "/source/table" }
+               tables = ["inv_items"]"#,
+        ))
+        .unwrap()
+        .unwrap();
+        let escaped = br#"{"op":"c","source":{"db":[1,{"x":"}"}],"table":"inv_\u0069tems"}}"#;
+        assert_eq!(
+            p.pick(&view(Some(escaped), &[])),
+            Ok(Picked::Table("inv_items".into()))
+        );
+        let big = format!(
+            r#"{{"source":{{"table":"inv_items"}},"pad":"{}"}}"#,
+            "x".repeat(300)
+        );
+        let e = p.pick(&view(Some(big.as_bytes()), &[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+        assert!(e.why.contains("max_record_bytes (200)"), "{e}");
+        let deep = format!(
+            r#"{{"source":{{"table":"inv_items"}},"x":{}{}}}"#,
+            "[".repeat(70),
+            "]".repeat(70)
+        );
+        let e = p.pick(&view(Some(deep.as_bytes()), &[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Decode, "{e}");
+        assert!(e.why.contains("64"), "{e}");
+
+        let by_header = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "{}"
+               max_record_bytes = 200
+               table_from = { header = "table" }
+               tables = ["inv_items"]"#,
+        ))
+        .unwrap()
+        .unwrap();
+        let e = by_header
+            .pick(&view(Some(big.as_bytes()), &[(b"table", Some(b"nope"))]))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
     }
 }

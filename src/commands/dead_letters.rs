@@ -207,11 +207,11 @@ pub async fn replay(
             Some(p) => match p.pick(&view) {
                 Ok(Picked::Table(t)) => Some(t),
                 picked => {
-                    let why = match picked {
-                        Err(e) => e.0,
-                        _ => "the record names no table".into(),
+                    let (kind, why) = match picked {
+                        Err(e) => (e.kind, e.why),
+                        _ => (ErrorKind::Routing, "the record names no table".into()),
                     };
-                    still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
+                    still_fails(&mut tx, &d, kind.as_str(), why).await?;
                     done.still_failing += 1;
                     continue;
                 }

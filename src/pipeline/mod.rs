@@ -241,7 +241,7 @@ impl Pipeline {
                 return;
             }
             Chosen::Refused(e) => {
-                if self.dead_letter(lane, route, None, record, (ErrorKind::Routing, e.0)) {
+                if self.dead_letter(lane, route, None, record, (e.kind, e.why)) {
                     self.taken(lane, key, record);
                 }
                 return;

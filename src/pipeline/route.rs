@@ -246,7 +246,7 @@ mod tests {
             next,
         ) {
             Chosen::Target(t) => Ok(route.targets[t].mapper.table().name.clone()),
-            Chosen::Refused(e) => Err(e.0),
+            Chosen::Refused(e) => Err(e.why),
             Chosen::Nothing | Chosen::Unusable(_) => Err("other".into()),
         };
         assert_eq!(chosen(&mut route, b"b", &mut next_slot), Ok("x_b".into()));
