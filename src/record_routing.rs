@@ -293,6 +293,34 @@ pub async fn load_mapper(
     Ok(TopicMapper::new(settings, Arc::new(described))?)
 }
 
+/// Whether `load_mapper` failed because PostgreSQL did not answer (the connection, the pool,
+/// the server shutting down or short of resources) rather than because of the table: the
+/// former is retried, the latter stops the sink at the record.
+pub fn is_unavailable(e: &anyhow::Error) -> bool {
+    let db = match e.downcast_ref::<crate::schema::SchemaError>() {
+        Some(crate::schema::SchemaError::Db(db)) => db,
+        Some(_) => return false,
+        None => match e.downcast_ref::<sqlx::Error>() {
+            Some(db) => db,
+            None => return false,
+        },
+    };
+    match db {
+        // Connection exceptions, resources, operator intervention, system errors: the server
+        // or the link, never the table.
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| ["08", "53", "57", "58"].iter().any(|k| c.starts_with(k))),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
 /// For `check`: the mapping of each table a routed topic lists, labelled `schema.table`.
 pub async fn load_listed(
     pool: &sqlx::PgPool,
@@ -468,5 +496,31 @@ mod tests {
             .pick(&view(Some(big.as_bytes()), &[(b"table", Some(b"nope"))]))
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    }
+
+    /// PostgreSQL not answering (the pool, the connection) is told from a table that cannot be
+    /// used, through the context `load_mapper` adds.
+    #[test]
+    fn an_unanswered_describe_is_told_from_a_missing_table() {
+        let wrapped = |e: crate::schema::SchemaError| {
+            Err::<(), _>(e)
+                .context("topic \"t\", table \"x\" named by its records")
+                .unwrap_err()
+        };
+        assert!(is_unavailable(&wrapped(crate::schema::SchemaError::Db(
+            sqlx::Error::PoolTimedOut
+        ))));
+        assert!(is_unavailable(&wrapped(crate::schema::SchemaError::Db(
+            sqlx::Error::Io(std::io::Error::other("connection reset"))
+        ))));
+        assert!(!is_unavailable(&wrapped(
+            crate::schema::SchemaError::Missing {
+                schema: "public".into(),
+                table: "x".into(),
+            }
+        )));
+        assert!(!is_unavailable(&anyhow::anyhow!(
+            "a mapping that does not fit"
+        )));
     }
 }
