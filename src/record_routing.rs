@@ -14,11 +14,14 @@ use anyhow::Context as _;
 use regex::Regex;
 
 use crate::config::table_from::{MAX_IDENTIFIER_BYTES, PLACEHOLDER};
-use crate::config::{RecordFormat, TableFrom, TopicSettings};
+use crate::config::{RecordFormat, Sanitize, TableFrom, TopicSettings};
 use crate::dead_letter::ErrorKind;
 use crate::mapping::pointer::{self, JsonRef};
 use crate::mapping::{MapError, TopicMapper, MAX_JSON_DEPTH};
 use crate::record::RecordView;
+
+/// The topic's name in a `table` template, as in an unrouted topic's (`routing::table_name`).
+const TOPIC_PLACEHOLDER: &str = "{topic}";
 
 /// Which tables a routed topic may write.
 #[derive(Debug)]
@@ -40,6 +43,8 @@ pub struct TablePicker {
     /// read from it, as it would be before it is decoded.
     max_record_bytes: u64,
     template: String,
+    /// How `{topic}` in the template is written, as for a topic's own table.
+    sanitize: Sanitize,
     allowed: Allowed,
     /// Connect JSON and Debezium: a value in the `{"schema", "payload"}` envelope is read from
     /// its payload, as the mapping reads it, so one pointer fits both converter settings.
@@ -112,6 +117,7 @@ impl TablePicker {
             tokens,
             max_record_bytes: settings.max_record_bytes.as_u64(),
             template: settings.table.clone(),
+            sanitize: settings.sanitize,
             allowed,
             in_payload: matches!(
                 settings.format,
@@ -205,7 +211,17 @@ impl TablePicker {
                 crate::pgtext::escape_nul(&name)
             ));
         }
-        let table = self.template.replace(PLACEHOLDER, &name);
+        // `{topic}` first: the name the record gives is arbitrary text and may hold it.
+        let table = match self.template.contains(TOPIC_PLACEHOLDER) {
+            true => self
+                .template
+                .replace(
+                    TOPIC_PLACEHOLDER,
+                    &crate::routing::sanitize(record.topic, self.sanitize),
+                )
+                .replace(PLACEHOLDER, &name),
+            false => self.template.replace(PLACEHOLDER, &name),
+        };
         if table.len() > MAX_IDENTIFIER_BYTES {
             return err(format!(
                 "table {table:?} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES} bytes"
@@ -522,5 +538,49 @@ mod tests {
         assert!(!is_unavailable(&anyhow::anyhow!(
             "a mapping that does not fit"
         )));
+    }
+
+    /// `{topic}` in a routed template is the record's topic, sanitised as configured, as in
+    /// an unrouted topic's table; a name holding `{topic}` is not expanded.
+    #[test]
+    fn a_routed_template_replaces_topic_with_the_sanitised_topic() {
+        let p = |sanitize: &str, allowed: &str| {
+            TablePicker::new(&settings(&format!(
+                r#"name = "t"
+                   table = "{{topic}}_{{}}"
+                   sanitize = "{sanitize}"
+                   table_from = {{ header = "table" }}
+                   tables = [{allowed}]"#
+            )))
+            .unwrap()
+            .unwrap()
+        };
+        let record = |topic: &'static str| RecordView {
+            topic,
+            ..view(Some(b"{}"), &[])
+        };
+        let snake = p("snake", r#""shop_eu_orders""#);
+        let h: &[crate::headers::Header] = &[(b"table", Some(b"orders"))];
+        assert_eq!(
+            snake.pick(&RecordView {
+                headers: h,
+                ..record("Shop.EU")
+            }),
+            Ok(Picked::Table("shop_eu_orders".into()))
+        );
+        let none = p("none", r#""Shop.EU_orders""#);
+        assert_eq!(
+            none.pick(&RecordView {
+                headers: h,
+                ..record("Shop.EU")
+            }),
+            Ok(Picked::Table("Shop.EU_orders".into()))
+        );
+        let braces: &[crate::headers::Header] = &[(b"table", Some(b"{topic}"))];
+        let e = routing(snake.pick(&RecordView {
+            headers: braces,
+            ..record("Shop.EU")
+        }));
+        assert!(e.contains("\"shop_eu_{topic}\""), "{e}");
     }
 }
