@@ -224,7 +224,19 @@ pub async fn replay(
             }
             let m = match &table {
                 None => TopicMapper::load(&pool, settings, &d.topic).await?,
-                Some(t) => record_routing::load_mapper(&pool, settings, &d.topic, t).await?,
+                Some(t) => match record_routing::load_mapper(&pool, settings, &d.topic, t).await {
+                    Ok(m) => m,
+                    // PostgreSQL not answering stops the replay, every letter as it was.
+                    Err(e) if record_routing::is_unavailable(&e) => return Err(e),
+                    // The table this letter names cannot be used (missing, a mapping that does
+                    // not fit): the letter fails alone; others, of other tables, go on.
+                    Err(e) => {
+                        let why = format!("the table it names cannot be used: {e:#}");
+                        still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
+                        done.still_failing += 1;
+                        continue;
+                    }
+                },
             };
             mappers.insert(slot.clone(), m);
         }

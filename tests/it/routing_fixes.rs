@@ -290,3 +290,90 @@ async fn a_deferred_foreign_key_failing_at_commit_stops_the_sink_and_writes_noth
         "{stored:?}"
     );
 }
+
+/// A record of the replay test: header `table = name`, value `{"id": id}`, partition 0.
+fn named(name: &str, id: i64) -> RawRecord {
+    RawRecord {
+        headers: vec![(b"table".to_vec(), Some(name.as_bytes().to_vec()))],
+        ..RawRecord::json(0, &format!(r#"{{"id":{id}}}"#))
+    }
+}
+
+/// `dead-letters replay` with a letter whose table (now allowed) cannot be loaded, between
+/// letters whose table now exists: that letter alone still fails, with the reason, and keeps
+/// its place; the others are written, every column as produced.
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_marks_a_letter_whose_table_cannot_be_loaded_and_writes_the_others() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE route_a (id bigint NOT NULL, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "route_{}");
+    config.topic_settings = "table_from = { header = \"table\" }\n\
+         tables = [\"route_a\"]\n\
+         on_error = \"dead_letter\""
+        .into();
+    let records = [
+        named("a", 0),
+        named("b", 1),
+        named("c", 2),
+        named("b", 3),
+        named("a", 4),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success());
+    assert_eq!(db.count("kafka_dead_letters").await, 3);
+
+    // `route_b` is created, `route_c` is allowed but never created.
+    db.pool
+        .execute(
+            "CREATE TABLE route_b (id bigint NOT NULL, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    // Listed tables are described at startup, so the missing one is allowed by a pattern.
+    config.topic_settings = "table_from = { header = \"table\" }\n\
+         table_pattern = \"route_[abc]\"\n\
+         on_error = \"dead_letter\""
+        .into();
+    let file = crate::helpers::sink::ConfigFile::new(&config.toml());
+    let out =
+        crate::helpers::sink::run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("still fails") && out.stdout.contains("route_c"),
+        "{}",
+        out.stdout
+    );
+    let rows = |table: &'static str| {
+        let db = &db;
+        async move {
+            sqlx::query_as::<_, (i64, i32, i64)>(&format!(
+                "SELECT id, kafka_partition, kafka_offset FROM {table} ORDER BY kafka_offset"
+            ))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(rows("route_a").await, vec![(0, 0, 0), (4, 0, 4)]);
+    assert_eq!(rows("route_b").await, vec![(1, 0, 1), (3, 0, 3)]);
+    let left: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT \"offset\", error_kind, error_message FROM kafka_dead_letters ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!((left[0].0, left[0].1.as_str()), (2, "routing"));
+    assert!(
+        left[0].2.contains("cannot be used") && left[0].2.contains("route_c"),
+        "{left:?}"
+    );
+}
