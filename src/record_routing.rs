@@ -19,6 +19,7 @@ use crate::dead_letter::ErrorKind;
 use crate::mapping::pointer::{self, JsonRef};
 use crate::mapping::{MapError, TopicMapper, MAX_JSON_DEPTH};
 use crate::record::RecordView;
+use crate::schema::Table;
 
 /// The topic's name in a `table` template, as in an unrouted topic's (`routing::table_name`).
 const TOPIC_PLACEHOLDER: &str = "{topic}";
@@ -306,7 +307,50 @@ pub async fn load_mapper(
     let described = crate::schema::describe(pool, &settings.schema, table)
         .await
         .with_context(|| format!("topic {topic:?}, table {table:?} named by its records"))?;
-    Ok(TopicMapper::new(settings, Arc::new(described))?)
+    let settings = for_table(settings, &described);
+    Ok(TopicMapper::new(&settings, Arc::new(described))?)
+}
+
+/// The topic's settings as they apply to one of its tables: per-column entries (`columns`,
+/// `time_units`, `bytea_encoding`) for columns the table does not have are left out, since
+/// routed tables differ in columns; `unclaimed_column_settings` refuses an entry that fits no
+/// listed table, so a misspelt one is not lost.
+fn for_table(settings: &TopicSettings, table: &Table) -> TopicSettings {
+    let mut settings = settings.clone();
+    let has = |name: &String| table.column(name).is_some();
+    settings.columns.retain(|name, _| has(name));
+    settings.time_units.retain(|name, _| has(name));
+    settings.bytea_encoding.retain(|name, _| has(name));
+    settings
+}
+
+/// A per-column entry naming a column none of the listed tables has: refused at startup like
+/// an entry naming no column of an unrouted topic's table. (With `table_pattern` the tables
+/// are not known yet: an entry applies to those that have its column.)
+pub fn unclaimed_column_settings(
+    settings: &TopicSettings,
+    mappers: &[TopicMapper],
+) -> Result<(), String> {
+    let named = settings
+        .columns
+        .keys()
+        .map(|n| ("columns", n))
+        .chain(settings.time_units.keys().map(|n| ("time_units", n)))
+        .chain(
+            settings
+                .bytea_encoding
+                .keys()
+                .map(|n| ("bytea_encoding", n)),
+        );
+    for (setting, name) in named {
+        if !mappers.iter().any(|m| m.table().column(name).is_some()) {
+            return Err(format!(
+                "topic {}: {setting}.{name}: column {name:?} is in none of the tables records may name",
+                settings.label()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `load_mapper` failed because PostgreSQL did not answer (the connection, the pool,

@@ -377,3 +377,77 @@ async fn replay_marks_a_letter_whose_table_cannot_be_loaded_and_writes_the_other
         "{left:?}"
     );
 }
+
+/// Per-column settings of a routed topic apply to the tables that have the column: a
+/// `bytea_encoding`, `time_units` and `columns` entry each for a column only one routed table
+/// has, and every column of both tables lands as produced; an entry naming a column no listed
+/// table has stops the sink at startup, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE route_a (id bigint NOT NULL, digest bytea, at timestamptz,
+                                   kafka_partition int, kafka_offset bigint);
+             CREATE TABLE route_b (id bigint NOT NULL, note text,
+                                   kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "route_{}");
+    let settings = "table_from = { header = \"table\" }\n\
+         tables = [\"route_a\", \"route_b\"]\n\
+         bytea_encoding = { digest = \"hex\" }\n\
+         time_units = { at = \"s\" }\n\
+         columns = { note = \"/n\" }\n";
+    config.topic_settings = format!("{settings}on_error = \"dead_letter\"");
+    let record = |table: &str, value: String| RawRecord {
+        headers: vec![(b"table".to_vec(), Some(table.as_bytes().to_vec()))],
+        ..RawRecord::json(0, &value)
+    };
+    let records = [
+        record(
+            "a",
+            r#"{"id":0,"digest":"deadbeef","at":1700000000}"#.into(),
+        ),
+        record("b", r#"{"id":1,"n":"note one"}"#.into()),
+        record("a", r#"{"id":2,"digest":"\\x00ff","at":0}"#.into()),
+        record("b", r#"{"id":3,"n":"note ✓"}"#.into()),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(20));
+    let a = db
+        .rows_as_text("route_a", &["id", "digest", "at", "kafka_offset"])
+        .await;
+    let text = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+    assert_eq!(
+        a,
+        vec![
+            text(&["0", "\\xdeadbeef", "2023-11-14 22:13:20+00", "0"]),
+            text(&["2", "\\x00ff", "1970-01-01 00:00:00+00", "2"]),
+        ]
+    );
+    let b = db
+        .rows_as_text("route_b", &["id", "note", "kafka_offset"])
+        .await;
+    assert_eq!(
+        b,
+        vec![text(&["1", "note one", "1"]), text(&["3", "note ✓", "3"])]
+    );
+    assert_eq!(db.count("kafka_dead_letters").await, 0);
+
+    config.topic_settings = format!("{settings}bytea_encoding = {{ digset = \"hex\" }}\n")
+        .replace("bytea_encoding = { digest = \"hex\" }\n", "");
+    let mut sink = Sink::start(&config, "misspelt");
+    let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        sink.logs().contains("bytea_encoding.digset")
+            && sink.logs().contains("in none of the tables"),
+        "{}",
+        sink.logs_tail(20)
+    );
+}
