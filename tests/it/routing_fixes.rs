@@ -451,3 +451,72 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
         sink.logs_tail(20)
     );
 }
+
+/// Routed by field, a record larger than `max_record_bytes` is a `too_large` letter (even one
+/// that is not JSON) and one nested too deep a `decode` letter, as they would be unrouted, not
+/// `routing` letters; the
+/// records around them land, every column as produced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_routed_record_too_large_or_too_deep_keeps_its_kind() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE inv_items (id int PRIMARY KEY, name text, kafka_offset bigint NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "{}");
+    config.metadata = "offset = \"kafka_offset\"".into();
+    config.topic_settings = "format = \"debezium\"\n\
+         max_record_bytes = 1024\n\
+         table_from = { field = \"/source/table\" }\n\
+         tables = [\"inv_items\"]\n\
+         on_error = \"dead_letter\""
+        .into();
+    let event = |id: i64, name: &str, extra: &str| {
+        RawRecord {
+        partition: 0,
+        key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
+        value: Some(
+            format!(
+                r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"table":"inv_items"}},"op":"c"{extra}}}"#
+            )
+            .into_bytes(),
+        ),
+        ..Default::default()
+    }
+    };
+    // Deeper than serde_json parses a tree (128), and a large value that is not even JSON: a
+    // picker that parsed the value first made both `routing` letters.
+    let deep = format!(r#","x":{}{}"#, "[".repeat(200), "]".repeat(200));
+    let mut large = event(2, "two", "");
+    large.value = Some(format!("{{not json {}", "x".repeat(2000)).into_bytes());
+    let records = [
+        event(1, "one", ""),
+        large,
+        event(3, "three", &deep),
+        event(4, "four", ""),
+    ];
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(sink.stop().success(), "{}", sink.logs_tail(20));
+    let rows = db
+        .rows_as_text("inv_items", &["id", "name", "kafka_offset"])
+        .await;
+    let text = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+    assert_eq!(
+        rows,
+        vec![text(&["1", "one", "0"]), text(&["4", "four", "3"])]
+    );
+    let letters: Vec<(i64, String)> =
+        sqlx::query_as("SELECT \"offset\", error_kind FROM kafka_dead_letters ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        letters,
+        vec![(1, "too_large".to_string()), (2, "decode".to_string())]
+    );
+}
