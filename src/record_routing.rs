@@ -329,7 +329,7 @@ fn for_table(settings: &TopicSettings, table: &Table) -> TopicSettings {
 /// are not known yet: an entry applies to those that have its column.)
 pub fn unclaimed_column_settings(
     settings: &TopicSettings,
-    mappers: &[TopicMapper],
+    tables: &[&Table],
 ) -> Result<(), String> {
     let named = settings
         .columns
@@ -343,7 +343,7 @@ pub fn unclaimed_column_settings(
                 .map(|n| ("bytea_encoding", n)),
         );
     for (setting, name) in named {
-        if !mappers.iter().any(|m| m.table().column(name).is_some()) {
+        if !tables.iter().any(|t| t.column(name).is_some()) {
             return Err(format!(
                 "topic {}: {setting}.{name}: column {name:?} is in none of the tables records may name",
                 settings.label()

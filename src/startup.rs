@@ -65,7 +65,8 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
                     mappers.push(record_routing::load_mapper(pool, topic, name, table).await?);
                 }
                 if !mappers.is_empty() {
-                    record_routing::unclaimed_column_settings(topic, &mappers)
+                    let tables: Vec<_> = mappers.iter().map(|m| &**m.table()).collect();
+                    record_routing::unclaimed_column_settings(topic, &tables)
                         .map_err(anyhow::Error::msg)?;
                 }
                 Route::by_record(name.as_str().into(), topic, picker, mappers)

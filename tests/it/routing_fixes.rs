@@ -381,7 +381,7 @@ async fn replay_marks_a_letter_whose_table_cannot_be_loaded_and_writes_the_other
 /// Per-column settings of a routed topic apply to the tables that have the column: a
 /// `bytea_encoding`, `time_units` and `columns` entry each for a column only one routed table
 /// has, and every column of both tables lands as produced; an entry naming a column no listed
-/// table has stops the sink at startup, naming it.
+/// table has is a problem for `check` and stops the sink at startup, naming it.
 #[tokio::test(flavor = "multi_thread")]
 async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
     let db = TestDb::migrated().await;
@@ -441,6 +441,15 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
 
     config.topic_settings = format!("{settings}bytea_encoding = {{ digset = \"hex\" }}\n")
         .replace("bytea_encoding = { digest = \"hex\" }\n", "");
+    let file = crate::helpers::sink::ConfigFile::new(&config.toml());
+    let out = crate::helpers::sink::run_cli(&["check", "--config", file.arg()]).await;
+    assert_ne!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("bytea_encoding.digset"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
     let mut sink = Sink::start(&config, "misspelt");
     let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
     assert_eq!(status.code(), Some(1));
