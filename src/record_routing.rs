@@ -14,9 +14,15 @@ use anyhow::Context as _;
 use regex::Regex;
 
 use crate::config::table_from::{MAX_IDENTIFIER_BYTES, PLACEHOLDER};
-use crate::config::{RecordFormat, TableFrom, TopicSettings};
-use crate::mapping::TopicMapper;
+use crate::config::{RecordFormat, Sanitize, TableFrom, TopicSettings};
+use crate::dead_letter::ErrorKind;
+use crate::mapping::pointer::{self, JsonRef};
+use crate::mapping::{MapError, TopicMapper, MAX_JSON_DEPTH};
 use crate::record::RecordView;
+use crate::schema::Table;
+
+/// The topic's name in a `table` template, as in an unrouted topic's (`routing::table_name`).
+const TOPIC_PLACEHOLDER: &str = "{topic}";
 
 /// Which tables a routed topic may write.
 #[derive(Debug)]
@@ -30,9 +36,16 @@ enum Allowed {
 #[derive(Debug)]
 pub struct TablePicker {
     from: TableFrom,
-    /// The field's pointer, parsed once.
+    /// The field's pointer as configured, for messages.
     pointer: String,
+    /// Its tokens, parsed once.
+    tokens: Vec<String>,
+    /// The topic's `max_record_bytes`: a larger record is `too_large` before its table is
+    /// read from it, as it would be before it is decoded.
+    max_record_bytes: u64,
     template: String,
+    /// How `{topic}` in the template is written, as for a topic's own table.
+    sanitize: Sanitize,
     allowed: Allowed,
     /// Connect JSON and Debezium: a value in the `{"schema", "payload"}` envelope is read from
     /// its payload, as the mapping reads it, so one pointer fits both converter settings.
@@ -42,10 +55,32 @@ pub struct TablePicker {
     skip_tombstones: bool,
 }
 
-/// Why a record names no table it may write: a `routing` dead letter, or a stop.
+/// Why a record names no table it may write: a dead letter of `kind` (`routing`, or
+/// `too_large`/`decode` for a record refused before any table is read from it), or a stop.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RouteError(pub String);
+#[error("{why}")]
+pub struct RouteError {
+    pub kind: ErrorKind,
+    pub why: String,
+}
+
+impl RouteError {
+    /// The record names no table it may write.
+    fn routing(why: String) -> Self {
+        Self {
+            kind: ErrorKind::Routing,
+            why,
+        }
+    }
+
+    /// The record is refused as the mapping would refuse it, before its table is known.
+    fn mapping(e: &MapError) -> Self {
+        Self {
+            kind: ErrorKind::of(e),
+            why: e.to_string(),
+        }
+    }
+}
 
 /// What a record's routing comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,10 +110,15 @@ impl TablePicker {
             TableFrom::Field(p) => p.clone(),
             TableFrom::Header(_) => String::new(),
         };
+        let tokens = pointer::parse(&pointer)
+            .map_err(|e| format!("topic {}: table_from.field: {e}", settings.label()))?;
         Ok(Some(Self {
             from,
             pointer,
+            tokens,
+            max_record_bytes: settings.max_record_bytes.as_u64(),
             template: settings.table.clone(),
+            sanitize: settings.sanitize,
             allowed,
             in_payload: matches!(
                 settings.format,
@@ -128,7 +168,14 @@ impl TablePicker {
     /// The table `record` names, checked against the allow-list; an error (a `routing` dead
     /// letter) when it names none, an unusable one, or one outside the list.
     pub fn pick(&self, record: &RecordView<'_>) -> Result<Picked, RouteError> {
-        let err = |why: String| Err(RouteError(why));
+        let err = |why: String| Err(RouteError::routing(why));
+        let bytes = record.value.map_or(0, <[u8]>::len) + record.key.map_or(0, <[u8]>::len);
+        if bytes as u64 > self.max_record_bytes {
+            return Err(RouteError::mapping(&MapError::TooLarge {
+                bytes,
+                limit: self.max_record_bytes,
+            }));
+        }
         let name = match &self.from {
             TableFrom::Header(header) => {
                 match record
@@ -165,7 +212,17 @@ impl TablePicker {
                 crate::pgtext::escape_nul(&name)
             ));
         }
-        let table = self.template.replace(PLACEHOLDER, &name);
+        // `{topic}` first: the name the record gives is arbitrary text and may hold it.
+        let table = match self.template.contains(TOPIC_PLACEHOLDER) {
+            true => self
+                .template
+                .replace(
+                    TOPIC_PLACEHOLDER,
+                    &crate::routing::sanitize(record.topic, self.sanitize),
+                )
+                .replace(PLACEHOLDER, &name),
+            false => self.template.replace(PLACEHOLDER, &name),
+        };
         if table.len() > MAX_IDENTIFIER_BYTES {
             return err(format!(
                 "table {table:?} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES} bytes"
@@ -187,31 +244,52 @@ impl TablePicker {
         Ok(Picked::Table(table))
     }
 
-    /// The string at the field's pointer in the value (as produced: JSON).
+    /// The string at the field's pointer in the value (as produced: JSON), read over the
+    /// borrowed text: no tree of the value is built, only the objects on the way are scanned.
     fn field(&self, value: &[u8]) -> Result<String, RouteError> {
-        let err = |why: String| Err(RouteError(why));
-        let doc: serde_json::Value = match serde_json::from_slice(value) {
-            Ok(doc) => doc,
+        let err = |why: String| Err(RouteError::routing(why));
+        // Refused as the mapping refuses it, before anything deeper is parsed.
+        if crate::mapping::nests_deeper_than(value, MAX_JSON_DEPTH) {
+            return Err(RouteError::mapping(&MapError::TooDeep(MAX_JSON_DEPTH)));
+        }
+        let doc = match std::str::from_utf8(value)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                serde_json::from_str::<&serde_json::value::RawValue>(text)
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(raw) => JsonRef::of(raw),
             Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
         };
-        let doc = match doc {
-            serde_json::Value::Object(mut top)
-                if self.in_payload && top.contains_key("payload") =>
-            {
-                top.remove("payload").unwrap_or_default()
-            }
-            doc => doc,
+        let doc = match self.in_payload && doc.get().starts_with('{') {
+            true => match pointer::field(doc, "payload") {
+                Ok(Some(payload)) => payload,
+                Ok(None) => doc,
+                Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+            },
+            false => doc,
         };
-        match doc.pointer(&self.pointer) {
-            Some(serde_json::Value::String(s)) => Ok(s.clone()),
-            Some(serde_json::Value::Null) | None => err(format!(
+        let found = match pointer::descend(doc, &self.tokens) {
+            Ok(found) => found,
+            Err(e) => return err(format!("the value is not JSON, so names no table: {e}")),
+        };
+        let text = found.map_or("null", JsonRef::get);
+        match text.as_bytes().first() {
+            Some(b'"') => serde_json::from_str::<String>(text)
+                .or_else(|e| err(format!("{:?} is not a string: {e}", self.pointer))),
+            Some(b'n') => err(format!(
                 "the value has no {:?} to name its table",
                 self.pointer
             )),
-            Some(other) => err(format!(
+            first => err(format!(
                 "{:?} is {}, not a table name",
                 self.pointer,
-                kind(other)
+                match first {
+                    Some(b't' | b'f') => "a boolean",
+                    Some(b'[') => "an array",
+                    Some(b'{') => "an object",
+                    _ => "a number",
+                }
             )),
         }
     }
@@ -229,7 +307,78 @@ pub async fn load_mapper(
     let described = crate::schema::describe(pool, &settings.schema, table)
         .await
         .with_context(|| format!("topic {topic:?}, table {table:?} named by its records"))?;
-    Ok(TopicMapper::new(settings, Arc::new(described))?)
+    let settings = for_table(settings, &described);
+    Ok(TopicMapper::new(&settings, Arc::new(described))?)
+}
+
+/// The topic's settings as they apply to one of its tables: per-column entries (`columns`,
+/// `time_units`, `bytea_encoding`) for columns the table does not have are left out, since
+/// routed tables differ in columns; `unclaimed_column_settings` refuses an entry that fits no
+/// listed table, so a misspelt one is not lost.
+fn for_table(settings: &TopicSettings, table: &Table) -> TopicSettings {
+    let mut settings = settings.clone();
+    let has = |name: &String| table.column(name).is_some();
+    settings.columns.retain(|name, _| has(name));
+    settings.time_units.retain(|name, _| has(name));
+    settings.bytea_encoding.retain(|name, _| has(name));
+    settings
+}
+
+/// A per-column entry naming a column none of the listed tables has: refused at startup like
+/// an entry naming no column of an unrouted topic's table. (With `table_pattern` the tables
+/// are not known yet: an entry applies to those that have its column.)
+pub fn unclaimed_column_settings(
+    settings: &TopicSettings,
+    tables: &[&Table],
+) -> Result<(), String> {
+    let named = settings
+        .columns
+        .keys()
+        .map(|n| ("columns", n))
+        .chain(settings.time_units.keys().map(|n| ("time_units", n)))
+        .chain(
+            settings
+                .bytea_encoding
+                .keys()
+                .map(|n| ("bytea_encoding", n)),
+        );
+    for (setting, name) in named {
+        if !tables.iter().any(|t| t.column(name).is_some()) {
+            return Err(format!(
+                "topic {}: {setting}.{name}: column {name:?} is in none of the tables records may name",
+                settings.label()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `load_mapper` failed because PostgreSQL did not answer (the connection, the pool,
+/// the server shutting down or short of resources) rather than because of the table: the
+/// former is retried, the latter stops the sink at the record.
+pub fn is_unavailable(e: &anyhow::Error) -> bool {
+    let db = match e.downcast_ref::<crate::schema::SchemaError>() {
+        Some(crate::schema::SchemaError::Db(db)) => db,
+        Some(_) => return false,
+        None => match e.downcast_ref::<sqlx::Error>() {
+            Some(db) => db,
+            None => return false,
+        },
+    };
+    match db {
+        // Connection exceptions, resources, operator intervention, system errors: the server
+        // or the link, never the table.
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| ["08", "53", "57", "58"].iter().any(|k| c.starts_with(k))),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
 }
 
 /// For `check`: the mapping of each table a routed topic lists, labelled `schema.table`.
@@ -245,17 +394,6 @@ pub async fn load_listed(
         loaded.push((Some(format!("{}.{table}", settings.schema)), m));
     }
     loaded
-}
-
-/// For messages.
-fn kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-        _ => "a string",
-    }
 }
 
 #[cfg(test)]
@@ -286,7 +424,10 @@ mod tests {
 
     fn routing(e: Result<Picked, RouteError>) -> String {
         match e {
-            Err(RouteError(why)) => why,
+            Err(RouteError {
+                kind: ErrorKind::Routing,
+                why,
+            }) => why,
             other => panic!("expected a routing error, got {other:?}"),
         }
     }
@@ -364,5 +505,126 @@ mod tests {
         assert!(
             routing(p.pick(&view(Some(br#"{"source":{"table":7}}"#), &[]))).contains("a number")
         );
+    }
+
+    /// The size is checked before the table is read: a record over `max_record_bytes` is
+    /// `too_large` (routed by header or by field), one nested deeper than the mapping takes is
+    /// `decode`, not `routing`; the field is read from the borrowed text, escapes and all.
+    #[test]
+    fn a_record_too_large_or_too_deep_is_refused_as_the_mapping_would() {
+        let p = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "{}"
+               format = "debezium"
+               max_record_bytes = 200
+               table_from = { field = "/source/table" }
+               tables = ["inv_items"]"#,
+        ))
+        .unwrap()
+        .unwrap();
+        let escaped = br#"{"op":"c","source":{"db":[1,{"x":"}"}],"table":"inv_\u0069tems"}}"#;
+        assert_eq!(
+            p.pick(&view(Some(escaped), &[])),
+            Ok(Picked::Table("inv_items".into()))
+        );
+        let big = format!(
+            r#"{{"source":{{"table":"inv_items"}},"pad":"{}"}}"#,
+            "x".repeat(300)
+        );
+        let e = p.pick(&view(Some(big.as_bytes()), &[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+        assert!(e.why.contains("max_record_bytes (200)"), "{e}");
+        let deep = format!(
+            r#"{{"source":{{"table":"inv_items"}},"x":{}{}}}"#,
+            "[".repeat(70),
+            "]".repeat(70)
+        );
+        let e = p.pick(&view(Some(deep.as_bytes()), &[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Decode, "{e}");
+        assert!(e.why.contains("64"), "{e}");
+
+        let by_header = TablePicker::new(&settings(
+            r#"name = "t"
+               table = "{}"
+               max_record_bytes = 200
+               table_from = { header = "table" }
+               tables = ["inv_items"]"#,
+        ))
+        .unwrap()
+        .unwrap();
+        let e = by_header
+            .pick(&view(Some(big.as_bytes()), &[(b"table", Some(b"nope"))]))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    }
+
+    /// PostgreSQL not answering (the pool, the connection) is told from a table that cannot be
+    /// used, through the context `load_mapper` adds.
+    #[test]
+    fn an_unanswered_describe_is_told_from_a_missing_table() {
+        let wrapped = |e: crate::schema::SchemaError| {
+            Err::<(), _>(e)
+                .context("topic \"t\", table \"x\" named by its records")
+                .unwrap_err()
+        };
+        assert!(is_unavailable(&wrapped(crate::schema::SchemaError::Db(
+            sqlx::Error::PoolTimedOut
+        ))));
+        assert!(is_unavailable(&wrapped(crate::schema::SchemaError::Db(
+            sqlx::Error::Io(std::io::Error::other("connection reset"))
+        ))));
+        assert!(!is_unavailable(&wrapped(
+            crate::schema::SchemaError::Missing {
+                schema: "public".into(),
+                table: "x".into(),
+            }
+        )));
+        assert!(!is_unavailable(&anyhow::anyhow!(
+            "a mapping that does not fit"
+        )));
+    }
+
+    /// `{topic}` in a routed template is the record's topic, sanitised as configured, as in
+    /// an unrouted topic's table; a name holding `{topic}` is not expanded.
+    #[test]
+    fn a_routed_template_replaces_topic_with_the_sanitised_topic() {
+        let p = |sanitize: &str, allowed: &str| {
+            TablePicker::new(&settings(&format!(
+                r#"name = "t"
+                   table = "{{topic}}_{{}}"
+                   sanitize = "{sanitize}"
+                   table_from = {{ header = "table" }}
+                   tables = [{allowed}]"#
+            )))
+            .unwrap()
+            .unwrap()
+        };
+        let record = |topic: &'static str| RecordView {
+            topic,
+            ..view(Some(b"{}"), &[])
+        };
+        let snake = p("snake", r#""shop_eu_orders""#);
+        let h: &[crate::headers::Header] = &[(b"table", Some(b"orders"))];
+        assert_eq!(
+            snake.pick(&RecordView {
+                headers: h,
+                ..record("Shop.EU")
+            }),
+            Ok(Picked::Table("shop_eu_orders".into()))
+        );
+        let none = p("none", r#""Shop.EU_orders""#);
+        assert_eq!(
+            none.pick(&RecordView {
+                headers: h,
+                ..record("Shop.EU")
+            }),
+            Ok(Picked::Table("Shop.EU_orders".into()))
+        );
+        let braces: &[crate::headers::Header] = &[(b"table", Some(b"{topic}"))];
+        let e = routing(snake.pick(&RecordView {
+            headers: braces,
+            ..record("Shop.EU")
+        }));
+        assert!(e.contains("\"shop_eu_{topic}\""), "{e}");
     }
 }

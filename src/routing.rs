@@ -81,7 +81,7 @@ pub fn table_name(settings: &TopicSettings, topic: &str) -> String {
 
 /// `snake` gives the usual table name (`Orders.v1-eu` → `orders_v1_eu`), one that hand-written
 /// SQL can use unquoted.
-fn sanitize(topic: &str, how: Sanitize) -> String {
+pub(crate) fn sanitize(topic: &str, how: Sanitize) -> String {
     match how {
         Sanitize::None => topic.to_string(),
         Sanitize::Snake => topic

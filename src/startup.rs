@@ -64,6 +64,11 @@ pub async fn build_routes(settings: &Settings, pool: &PgPool) -> anyhow::Result<
                 for table in picker.listed() {
                     mappers.push(record_routing::load_mapper(pool, topic, name, table).await?);
                 }
+                if !mappers.is_empty() {
+                    let tables: Vec<_> = mappers.iter().map(|m| &**m.table()).collect();
+                    record_routing::unclaimed_column_settings(topic, &tables)
+                        .map_err(anyhow::Error::msg)?;
+                }
                 Route::by_record(name.as_str().into(), topic, picker, mappers)
             }
         };

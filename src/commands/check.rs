@@ -313,7 +313,19 @@ async fn check_topic(
         Ok(None) => vec![(None, TopicMapper::load(pool, topic, name).await)],
         Ok(Some(picker)) => {
             let _ = writeln!(out, "  routed by record: {}", picker.describe());
-            crate::record_routing::load_listed(pool, topic, name, &picker).await
+            let loaded = crate::record_routing::load_listed(pool, topic, name, &picker).await;
+            // As at startup: a per-column entry no listed table has is a problem.
+            let described: Vec<_> = loaded
+                .iter()
+                .filter_map(|(_, m)| m.as_ref().ok().map(|m| &**m.table()))
+                .collect();
+            if !described.is_empty() {
+                if let Err(e) = crate::record_routing::unclaimed_column_settings(topic, &described)
+                {
+                    problems.push(e);
+                }
+            }
+            loaded
         }
         Err(e) => return problems.push(e),
     };

@@ -207,11 +207,11 @@ pub async fn replay(
             Some(p) => match p.pick(&view) {
                 Ok(Picked::Table(t)) => Some(t),
                 picked => {
-                    let why = match picked {
-                        Err(e) => e.0,
-                        _ => "the record names no table".into(),
+                    let (kind, why) = match picked {
+                        Err(e) => (e.kind, e.why),
+                        _ => (ErrorKind::Routing, "the record names no table".into()),
                     };
-                    still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
+                    still_fails(&mut tx, &d, kind.as_str(), why).await?;
                     done.still_failing += 1;
                     continue;
                 }
@@ -224,7 +224,19 @@ pub async fn replay(
             }
             let m = match &table {
                 None => TopicMapper::load(&pool, settings, &d.topic).await?,
-                Some(t) => record_routing::load_mapper(&pool, settings, &d.topic, t).await?,
+                Some(t) => match record_routing::load_mapper(&pool, settings, &d.topic, t).await {
+                    Ok(m) => m,
+                    // PostgreSQL not answering stops the replay, every letter as it was.
+                    Err(e) if record_routing::is_unavailable(&e) => return Err(e),
+                    // The table this letter names cannot be used (missing, a mapping that does
+                    // not fit): the letter fails alone; others, of other tables, go on.
+                    Err(e) => {
+                        let why = format!("the table it names cannot be used: {e:#}");
+                        still_fails(&mut tx, &d, ErrorKind::Routing.as_str(), why).await?;
+                        done.still_failing += 1;
+                        continue;
+                    }
+                },
             };
             // A replay never creates a table: only the sink does, with a batch's rows.
             anyhow::ensure!(

@@ -15,7 +15,7 @@ mod envelope;
 mod json_schema;
 mod json_write;
 mod keys;
-mod pointer;
+pub(crate) mod pointer;
 mod protobuf;
 mod removal;
 mod rows;
@@ -34,6 +34,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 pub use convert::Hint;
+pub(crate) use encode::nests_deeper_than;
 pub use encode::MAX_JSON_DEPTH;
 pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use super::ports::{
-    Catalog, Event, MoveKind, Observer, PositionStore, Received, Schemas, WriterPool,
+    Catalog, Event, MoveKind, Observer, PositionStore, Received, Schemas, Undescribed, WriterPool,
 };
 use crate::batch::Batch;
 use crate::config::TopicSettings;
@@ -126,11 +126,21 @@ impl Catalog for DbCatalog {
         settings: &TopicSettings,
         topic: &str,
         table: &str,
-    ) -> Result<TopicMapper, String> {
-        self.blocking.run(
-            "describing a table",
-            crate::record_routing::load_mapper(&self.pool, settings, topic, table),
-        )
+    ) -> Result<TopicMapper, Undescribed> {
+        let described = async {
+            Ok::<_, String>(
+                crate::record_routing::load_mapper(&self.pool, settings, topic, table).await,
+            )
+        };
+        match self.blocking.run("describing a table", described) {
+            Ok(Ok(mapper)) => Ok(mapper),
+            Ok(Err(e)) if crate::record_routing::is_unavailable(&e) => {
+                Err(Undescribed::Unavailable(format!("{e:#}")))
+            }
+            Ok(Err(e)) => Err(Undescribed::Unusable(format!("{e:#}"))),
+            // The call did not finish within the timeout.
+            Err(why) => Err(Undescribed::Unavailable(why)),
+        }
     }
 }
 

@@ -246,9 +246,18 @@ impl Pipeline {
                 return;
             }
             Chosen::Refused(e) => {
-                if self.dead_letter(lane, route, None, record, (ErrorKind::Routing, e.0)) {
+                if self.dead_letter(lane, route, None, record, (e.kind, e.why)) {
                     self.taken(lane, key, record);
                 }
+                return;
+            }
+            Chosen::Unavailable(why) => {
+                // As for a registry that does not answer: nothing of the record is taken, and
+                // the lane rewinds after a backoff to read it again, while polling goes on.
+                tracing::warn!(topic = record.topic, partition = record.partition, offset = record.offset, error = %why, "cannot describe the table the record names; retrying after a backoff");
+                self.unreported -= 1;
+                self.routes[route].consumed -= 1;
+                self.begin_rewind(lane);
                 return;
             }
             Chosen::Unusable(why) => {

@@ -115,7 +115,18 @@ pub(crate) trait Catalog: Send {
         settings: &TopicSettings,
         topic: &str,
         table: &str,
-    ) -> Result<TopicMapper, String>;
+    ) -> Result<TopicMapper, Undescribed>;
+}
+
+/// Why a table a record named could not be described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Undescribed {
+    /// The table cannot be used (missing, unsupported columns, a mapping that does not fit):
+    /// the sink stops at the record until it is fixed.
+    Unusable(String),
+    /// PostgreSQL did not answer (connection, timeout, pool): not the record's fault, so it is
+    /// read again after a backoff.
+    Unavailable(String),
 }
 
 /// The Schema Registry, asked only for ids a mapping has not learnt yet (one request per new

@@ -132,26 +132,31 @@ impl Pipeline {
                 ))
             })?
             .clone();
-        let mut route = match TablePicker::new(&settings).map_err(Fatal::Other)? {
-            None => {
-                let mapper: TopicMapper = self
-                    .catalog
-                    .mapper(&settings, topic)
-                    .map_err(Fatal::Other)?;
-                tracing::info!(%topic, table = %mapper.table(), "new topic routed");
-                Route::one(topic.clone(), mapper)
-            }
-            Some(picker) => {
-                let mappers = picker
+        let mut route =
+            match TablePicker::new(&settings).map_err(Fatal::Other)? {
+                None => {
+                    let mapper: TopicMapper = self
+                        .catalog
+                        .mapper(&settings, topic)
+                        .map_err(Fatal::Other)?;
+                    tracing::info!(%topic, table = %mapper.table(), "new topic routed");
+                    Route::one(topic.clone(), mapper)
+                }
+                Some(picker) => {
+                    let mappers = picker
                     .listed()
                     .into_iter()
                     .map(|table| self.catalog.table_mapper(&settings, topic, table))
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(Fatal::Other)?;
-                tracing::info!(%topic, table = %settings.table, "new topic routed by record");
-                Route::by_record(topic.clone(), &settings, picker, mappers)
-            }
-        };
+                    // As for a topic's own table at assignment (`mapper` above).
+                    .map_err(|(super::ports::Undescribed::Unusable(why)
+                    | super::ports::Undescribed::Unavailable(why))| {
+                        Fatal::Other(why)
+                    })?;
+                    tracing::info!(%topic, table = %settings.table, "new topic routed by record");
+                    Route::by_record(topic.clone(), &settings, picker, mappers)
+                }
+            };
         for target in &mut route.targets {
             target.slot = self.next_slot;
             self.next_slot += 1;

@@ -9,7 +9,7 @@ use crate::mapping::TopicMapper;
 use crate::record::RecordView;
 use crate::record_routing::{Picked, RouteError, TablePicker};
 
-use super::ports::Catalog;
+use super::ports::{Catalog, Undescribed};
 
 /// One table a topic writes.
 pub struct Target {
@@ -52,6 +52,8 @@ pub(crate) enum Chosen {
     Refused(RouteError),
     /// The table it names (allowed) cannot be used: the sink stops at the record.
     Unusable(String),
+    /// PostgreSQL did not answer while describing the table it names: read it again later.
+    Unavailable(String),
 }
 
 impl Route {
@@ -147,7 +149,8 @@ impl Route {
         }
         let mapper = match catalog.table_mapper(&by.settings, &self.topic, &table) {
             Ok(m) => m,
-            Err(why) => return Chosen::Unusable(why),
+            Err(Undescribed::Unusable(why)) => return Chosen::Unusable(why),
+            Err(Undescribed::Unavailable(why)) => return Chosen::Unavailable(why),
         };
         tracing::info!(topic = %self.topic, table = %mapper.table(), "a record named a new table");
         self.targets.push(Target {
@@ -198,9 +201,10 @@ mod tests {
             settings: &TopicSettings,
             _: &str,
             name: &str,
-        ) -> Result<TopicMapper, String> {
+        ) -> Result<TopicMapper, Undescribed> {
             self.0.fetch_add(1, Ordering::Relaxed);
-            TopicMapper::new(settings, table(name)).map_err(|e| e.to_string())
+            TopicMapper::new(settings, table(name))
+                .map_err(|e| Undescribed::Unusable(e.to_string()))
         }
     }
 
@@ -246,8 +250,8 @@ mod tests {
             next,
         ) {
             Chosen::Target(t) => Ok(route.targets[t].mapper.table().name.clone()),
-            Chosen::Refused(e) => Err(e.0),
-            Chosen::Nothing | Chosen::Unusable(_) => Err("other".into()),
+            Chosen::Refused(e) => Err(e.why),
+            Chosen::Nothing | Chosen::Unusable(_) | Chosen::Unavailable(_) => Err("other".into()),
         };
         assert_eq!(chosen(&mut route, b"b", &mut next_slot), Ok("x_b".into()));
         assert_eq!(chosen(&mut route, b"a", &mut next_slot), Ok("x_a".into()));

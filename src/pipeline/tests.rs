@@ -12,7 +12,7 @@ use figment::providers::{Format, Toml};
 use figment::Figment;
 use rdkafka::Offset;
 
-use super::ports::MoveKind;
+use super::ports::{MoveKind, Undescribed};
 use super::*;
 use crate::config::TopicSettings;
 use crate::mapping::TopicMapper;
@@ -208,7 +208,10 @@ impl Schemas for FakeSchemas {
     }
 }
 
-struct NoCatalog;
+/// Describes no topic's own table; a table a record names is answered from the script
+/// (a routed topic's), then as `t`.
+#[derive(Clone, Default)]
+struct NoCatalog(Arc<Mutex<VecDeque<Undescribed>>>);
 
 impl Catalog for NoCatalog {
     fn mapper(&self, _: &TopicSettings, topic: &str) -> Result<TopicMapper, String> {
@@ -217,11 +220,15 @@ impl Catalog for NoCatalog {
 
     fn table_mapper(
         &self,
-        _: &TopicSettings,
-        topic: &str,
-        table: &str,
-    ) -> Result<TopicMapper, String> {
-        Err(format!("no table {table} for {topic} in this test"))
+        settings: &TopicSettings,
+        _: &str,
+        _: &str,
+    ) -> Result<TopicMapper, Undescribed> {
+        match self.0.lock().unwrap().pop_front() {
+            Some(answer) => Err(answer),
+            None => TopicMapper::new(settings, table())
+                .map_err(|e| Undescribed::Unusable(e.to_string())),
+        }
     }
 }
 
@@ -424,13 +431,20 @@ struct Harness {
     answering: FakeWriters,
     seen: Seen,
     schemas: FakeSchemas,
+    catalog: NoCatalog,
     /// The test's clock: every tick moves it past every deadline and backoff.
     clock: Instant,
 }
 
 fn topic_settings(extra: &str) -> TopicSettings {
+    // Routed by record, the table is a template.
+    let table = if extra.contains("table_from") {
+        "{}"
+    } else {
+        "t"
+    };
     Figment::from(Toml::string(&format!(
-        "name = \"{TOPIC}\"\ntable = \"t\"\n{extra}"
+        "name = \"{TOPIC}\"\ntable = \"{table}\"\n{extra}"
     )))
     .extract()
     .expect("valid topic settings")
@@ -504,10 +518,15 @@ impl Harness {
             max_in_flight: setup.max_in_flight,
             ..BatchSettings::default()
         };
+        let catalog = NoCatalog::default();
+        let route = match crate::record_routing::TablePicker::new(&settings).expect("valid") {
+            None => Route::one(TOPIC.into(), mapper),
+            Some(picker) => Route::by_record(TOPIC.into(), &settings, picker, Vec::new()),
+        };
         let pipeline = Pipeline::new(PipelineParts {
-            routes: vec![Route::one(TOPIC.into(), mapper)],
+            routes: vec![route],
             router: Router::new(std::slice::from_ref(&settings)).expect("valid routes"),
-            catalog: Box::new(NoCatalog),
+            catalog: Box::new(catalog.clone()),
             positions: Box::new(FakePositions(db.clone())),
             schemas: Box::new(schemas.clone()),
             lanes: setup.lanes,
@@ -529,6 +548,7 @@ impl Harness {
             writers,
             seen,
             schemas,
+            catalog,
             clock: Instant::now(),
         }
     }
@@ -1106,6 +1126,62 @@ fn a_schema_that_does_not_compile_is_a_dead_letter() {
     let db = h.db.lock().unwrap();
     assert_eq!(db.letters, vec![(0, 0, "schema")]);
     assert_eq!(db.next(0), Some(1));
+}
+
+/// Routed by record: PostgreSQL not answering while the table a record names is described is
+/// not the record's fault: nothing is taken or dead-lettered, the sink does not stop, and
+/// the lane rewinds to read the record again; once described, it lands. A table that cannot
+/// be used still stops the sink at its record.
+#[test]
+fn a_database_that_does_not_answer_while_a_routed_table_is_described_is_retried() {
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic:
+            "table_from = { field = \"/tbl\" }\ntable_pattern = \"t\"\non_error = \"dead_letter\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.catalog.0.lock().unwrap().extend([
+        Undescribed::Unavailable("pool timed out while waiting for an open connection".into()),
+        Undescribed::Unavailable("PostgreSQL did not answer within 10s".into()),
+    ]);
+    let value = r#"{"id": 0, "note": "n0", "tbl": "t"}"#;
+    h.deliver_value(0, 0, value);
+    h.tick();
+    assert!(
+        h.sent().is_empty(),
+        "nothing taken while PostgreSQL is away"
+    );
+    assert!(!h.pipeline.has_fatal(), "not a stop");
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Beginning)]);
+    h.deliver_value(0, 0, value); // still away
+    h.tick();
+    assert_eq!(h.seeks(), vec![(tp(0), Offset::Beginning)]);
+    assert!(!h.pipeline.has_fatal());
+    h.deliver_value(0, 0, value);
+    h.answer_all();
+    h.answer_all();
+    {
+        let db = h.db.lock().unwrap();
+        assert!(db.letters.is_empty(), "never a dead letter");
+        assert_eq!(db.next(0), Some(1));
+    }
+    assert!(!h.pipeline.has_fatal());
+
+    let mut h = Harness::new(Setup {
+        max_records: 100,
+        topic:
+            "table_from = { field = \"/tbl\" }\ntable_pattern = \"t\"\non_error = \"dead_letter\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    h.catalog.0.lock().unwrap().push_back(Undescribed::Unusable(
+        "table public.t does not exist".into(),
+    ));
+    h.deliver_value(0, 0, value);
+    assert!(
+        matches!(h.pipeline.take_fatal(), Some(Fatal::Mapping { reason, .. }) if reason.contains("does not exist"))
+    );
 }
 
 mod evolve;

@@ -98,6 +98,10 @@ async fn find_refused(
     batch: &Batch,
 ) -> Result<Option<Refused>, sqlx::Error> {
     let mut tx = conn.begin().await?;
+    // Checked as the batch itself is, or a child applied before its parent would be blamed.
+    if defers_constraints(batch) {
+        defer_constraints(&mut tx).await?;
+    }
     // The rows need the batch's schema changes here too (rolled back with the search).
     for write in &batch.writes {
         crate::ddl::apply(&mut tx, &write.ddl).await?;
@@ -155,6 +159,10 @@ async fn transact(
     }
     let Session { conn, staged } = session.as_mut().expect("connected above");
     let mut tx = conn.begin().await.map_err(classify)?;
+    let deferred = defers_constraints(batch);
+    if deferred {
+        defer_constraints(&mut tx).await.map_err(classify)?;
+    }
     apply_ddl(&mut tx, batch).await?;
     let matched = offsets::advance(&mut tx, &config.group, &batch.offsets)
         .await
@@ -190,7 +198,12 @@ async fn transact(
                 .map_err(Outcome::Transient)?;
         }
     }
-    tx.commit().await.map_err(classify)?;
+    tx.commit().await.map_err(|e| match classify(e) {
+        Outcome::Permanent(why) if deferred => Outcome::Permanent(format!(
+            "a deferred constraint failed at COMMIT of a batch holding rows of several tables of one topic (routed by record), so no single record can be named and nothing of the batch is written: {why}; a row whose referenced row is never produced must be fixed at the source"
+        )),
+        other => other,
+    })?;
     Ok(Written {
         dead_letters: dead.len(),
         tables,
@@ -222,6 +235,27 @@ async fn apply_ddl(conn: &mut PgConnection, batch: &Batch) -> Result<(), Outcome
     #[cfg(not(debug_assertions))]
     let _ = ran; // only the debug builds' fault injection reads it
     Ok(())
+}
+
+/// Whether the batch holds rows of one topic for several tables (routing by record): they are
+/// applied table by table, not in record order, so a row may reach its table before the row
+/// it references reaches its own. Other batches keep their constraints as declared, so their
+/// refused rows are still found one by one.
+fn defers_constraints(batch: &Batch) -> bool {
+    batch.writes.iter().enumerate().any(|(i, w)| {
+        batch.writes[..i]
+            .iter()
+            .any(|o| o.topic == w.topic && o.table != w.table)
+    })
+}
+
+/// `DEFERRABLE` constraints (foreign keys between routed tables) are checked at COMMIT, when
+/// every table of the batch holds its rows; `NOT DEFERRABLE` ones stay checked per statement.
+async fn defer_constraints(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SET CONSTRAINTS ALL DEFERRED")
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
 }
 
 /// Writes one table's rows. Where rejected rows become dead letters, the rows are applied
@@ -428,6 +462,34 @@ mod tests {
                     .map(|i| c.positions[i])
             })
             .collect()
+    }
+
+    /// Only a batch holding one topic's rows for several tables defers constraints: two topics
+    /// with a table each, or one topic with one table, keep them as declared.
+    #[test]
+    fn constraints_are_deferred_only_for_one_topic_writing_several_tables() {
+        let batch = |writes: Vec<TableWrite>| Batch {
+            id: 1,
+            offsets: Vec::new(),
+            writes,
+            dead_letters: Vec::new(),
+            records: 0,
+            opened_at: Instant::now(),
+        };
+        assert!(!defers_constraints(&batch(vec![write_of(
+            "a",
+            "public.a",
+            &[(0, 1)]
+        )])));
+        assert!(!defers_constraints(&batch(vec![
+            write_of("a", "public.a", &[(0, 1)]),
+            write_of("b", "public.b", &[(0, 1)]),
+        ])));
+        assert!(defers_constraints(&batch(vec![
+            write_of("b", "public.b", &[(0, 1)]),
+            write_of("a", "public.orders", &[(0, 1)]),
+            write_of("a", "public.products", &[(0, 2)]),
+        ])));
     }
 
     /// Record 11 of `a/0` was refused: it and `a/0`'s later records leave every write of topic

@@ -30,6 +30,7 @@ mod registry;
 mod rejected;
 mod restarts;
 mod routing;
+mod routing_fixes;
 mod security;
 mod supervision;
 mod types;

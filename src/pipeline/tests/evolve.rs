@@ -39,7 +39,12 @@ impl Catalog for Described {
         *self.0.lock().unwrap() += 1;
         TopicMapper::new(settings, table()).map_err(|e| e.to_string())
     }
-    fn table_mapper(&self, _: &TopicSettings, _: &str, _: &str) -> Result<TopicMapper, String> {
+    fn table_mapper(
+        &self,
+        _: &TopicSettings,
+        _: &str,
+        _: &str,
+    ) -> Result<TopicMapper, Undescribed> {
         unreachable!("the topic is not routed by record")
     }
 }
