@@ -12,6 +12,7 @@ mod crash;
 mod dead_letters;
 mod delivery;
 mod deploy;
+mod fairness;
 mod faults;
 mod formats;
 mod helpers;
