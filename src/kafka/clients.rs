@@ -75,12 +75,6 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         // which left the writers idle half of the time.
         ("queued.max.messages.kbytes", "16384".into()),
         ("fetch.queue.backoff.ms", "10".into()),
-        // The prefetched records of every partition wait in one FIFO queue, in chunks of up
-        // to this many bytes per partition and fetch (default 1 MiB, ~5,000 records): the sink
-        // worked through one partition's chunk while the others' lag stood still, so a backlog
-        // drained one partition at a time. 64 KiB chunks interleave the partitions finely and
-        // cost no measurable throughput on a local broker (README, "Performance").
-        ("max.partition.fetch.bytes", "65536".into()),
         // Pattern subscriptions notice new topics at a metadata refresh (default 5 min).
         ("topic.metadata.refresh.interval.ms", "30000".into()),
         // Watermarks and broker states for lag and readiness come with the statistics.
@@ -139,7 +133,6 @@ mod tests {
             ("enable.auto.offset.store", "false"),
             ("queued.max.messages.kbytes", "16384"),
             ("fetch.queue.backoff.ms", "10"),
-            ("max.partition.fetch.bytes", "65536"),
             ("topic.metadata.refresh.interval.ms", "30000"),
             ("auto.offset.reset", "error"),
             ("group.protocol", "classic"),
@@ -168,10 +161,9 @@ mod tests {
     #[test]
     fn user_properties_override_the_fetch_settings() {
         let config = client_config(&kafka(
-            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"max.partition.fetch.bytes\" = \"1048576\"\n\"queued.max.messages.kbytes\" = \"4096\"\n\"security.protocol\" = \"SASL_SSL\"",
+            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"queued.max.messages.kbytes\" = \"4096\"\n\"security.protocol\" = \"SASL_SSL\"",
         ));
         assert_eq!(config.get("fetch.queue.backoff.ms"), Some("250"));
-        assert_eq!(config.get("max.partition.fetch.bytes"), Some("1048576"));
         assert_eq!(config.get("queued.max.messages.kbytes"), Some("4096"));
         assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
