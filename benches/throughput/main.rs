@@ -5,6 +5,7 @@
 //! from `scripts/dev-services.sh`. It prints a table and can write JSON; it asserts no timing.
 
 mod data;
+mod fairness;
 mod formats;
 mod proc;
 mod registry;
@@ -56,7 +57,12 @@ struct Args {
     /// Extra `[batch]` settings for the sink, as TOML lines (e.g. "max_records = 20000").
     #[arg(long, default_value = "")]
     batch: String,
-    /// Write the results as JSON here too.
+    /// Extra `[kafka.properties]` for the sink, as TOML lines (e.g.
+    /// "\"max.partition.fetch.bytes\" = \"1048576\"", to measure librdkafka's defaults).
+    #[arg(long, default_value = "")]
+    kafka_properties: String,
+    /// Write the results as JSON here too, and the insert drain's per-partition lag as an SVG
+    /// next to it (`PATH.fairness.svg`).
     #[arg(long)]
     json: Option<PathBuf>,
     /// The sink binary (default: the one cargo built with this benchmark).
@@ -212,11 +218,14 @@ async fn main() -> anyhow::Result<()> {
         envelopes.push((name, topic, bytes));
     }
 
-    let batch = if args.batch.is_empty() {
+    let mut batch = if args.batch.is_empty() {
         String::new()
     } else {
         format!("[batch]\n{}\n", args.batch)
     };
+    if !args.kafka_properties.is_empty() {
+        batch.push_str(&format!("[kafka.properties]\n{}\n", args.kafka_properties));
+    }
     let mut results = Vec::new();
     let run = |name: &'static str, group: &'static str, mode| SinkRun {
         name,
@@ -435,6 +444,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         say(&format!("wrote {}", path.display()));
+        if let Some((name, f)) = insert_fairness(&report) {
+            let svg = PathBuf::from(format!("{}.fairness.svg", path.display()));
+            std::fs::write(&svg, f.svg(&format!("{name}: lag per partition")))?;
+            say(&format!("wrote {}", svg.display()));
+        }
     }
     Ok(())
 }
@@ -573,6 +587,15 @@ fn print_report(r: &Report) {
     for (name, ratio) in &r.ratios {
         println!("{name:<48} {ratio:>6.2}x");
     }
+    if let Some((name, f)) = insert_fairness(r) {
+        println!(
+            "\nfairness ({name}): lag per partition over the drain; worst max/min progress ratio {}",
+            f.worst_ratio
+                .map(|w| format!("{w:.2}"))
+                .unwrap_or_else(|| "- (too few samples)".into())
+        );
+        print!("{}", f.table(12));
+    }
     if let Some(t) = &r.trickle {
         println!(
             "\ntrickle {} records at {}/s: produce→row p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (max_wait {} ms; sink batch age p99 {})",
@@ -585,4 +608,12 @@ fn print_report(r: &Report) {
             opt(t.sink_batch_age_p99_ms, 0)
         );
     }
+}
+
+/// The plain-JSON insert drain's fairness readout (the last round's), if it ran.
+fn insert_fairness(r: &Report) -> Option<(&str, &fairness::Readout)> {
+    r.results
+        .iter()
+        .find(|m| m.name == "sink insert")
+        .and_then(|m| m.fairness.as_ref().map(|f| (m.name.as_str(), f)))
 }

@@ -19,6 +19,7 @@ use serde::Serialize;
 use sqlx::{Connection, Executor, PgConnection, PgPool};
 
 use crate::data;
+use crate::fairness::Readout;
 use crate::formats::{self, Format};
 use crate::proc;
 use crate::registry;
@@ -43,6 +44,9 @@ pub struct Measurement {
     /// The sink's requests to the Schema Registry over the whole run (registry formats only).
     pub registry_requests: Option<u64>,
     pub note: String,
+    /// Per-partition lag over the drain (sink scenarios).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<Readout>,
 }
 
 impl Measurement {
@@ -456,14 +460,21 @@ pub async fn sink(
     let mut first_commit = None;
     let mut peak = 0u64;
     let deadline = started + Duration::from_secs(600 + n / 1000);
+    let mut fairness: Option<Readout> = None;
     loop {
-        let done: Option<i64> = sqlx::query_scalar(
-            "SELECT sum(next_offset)::int8 FROM kafka_offsets WHERE consumer_group = $1",
+        let offsets: Vec<(i32, Option<i64>)> = sqlx::query_as(
+            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer_group = $1 ORDER BY partition",
         )
         .bind(run.group)
-        .fetch_one(pool)
+        .fetch_all(pool)
         .await?;
-        let done = done.unwrap_or(0) as u64;
+        // Every partition has a row from its claim on, before any commits.
+        if !offsets.is_empty() {
+            fairness
+                .get_or_insert_with(|| Readout::new(n, offsets.len()))
+                .sample(started.elapsed(), &offsets);
+        }
+        let done = offsets.iter().filter_map(|(_, o)| *o).sum::<i64>() as u64;
         if done > 0 && first_commit.is_none() {
             first_commit = Some(Instant::now());
         }
@@ -522,6 +533,10 @@ pub async fn sink(
     }
 
     let mut m = Measurement::new(run.name, n, payload, elapsed);
+    m.fairness = fairness.map(|mut f| {
+        f.finish();
+        f
+    });
     m.peak_rss_mib = Some(peak as f64 / (1024.0 * 1024.0));
     m.cpu_seconds = cpu;
     // Too short a window (a tiny run drains between two polls) says nothing.

@@ -13,6 +13,7 @@ mod ddl;
 mod dead_letters;
 mod delivery;
 mod deploy;
+mod fairness;
 mod faults;
 mod formats;
 mod helpers;

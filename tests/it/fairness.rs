@@ -1,0 +1,95 @@
+//! Draining a backlog: every assigned partition should advance together, none waiting for
+//! another's prefetched chunk to finish (issue 13's target; README, "Performance").
+
+use std::time::{Duration, Instant};
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::{produce_orders, producer, TestTopic};
+use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::*;
+
+/// Records per partition: a backlog of several fetches per partition (about 1 MiB each) and
+/// many batches, drained in seconds.
+const PER_PARTITION: i64 = 20_000;
+const PARTITIONS: i64 = 8;
+
+/// The worst max/min ratio of per-partition progress (`kafka_offsets.next_offset`) over the
+/// samples taken once the first batches committed and before the first partition finished.
+fn worst_ratio(samples: &[Vec<i64>]) -> (f64, Option<Vec<i64>>) {
+    let total = PER_PARTITION * PARTITIONS;
+    let mut worst = (1.0, None);
+    for s in samples {
+        let done: i64 = s.iter().sum();
+        let max = *s.iter().max().unwrap_or(&0);
+        // After the first batches (a tenth of the backlog), until a partition is finished
+        // (from then on the others catch up, which is in step too).
+        if done < total / 10 || max >= PER_PARTITION {
+            continue;
+        }
+        let min = *s.iter().min().unwrap_or(&0);
+        let ratio = if min == 0 {
+            f64::INFINITY
+        } else {
+            max as f64 / min as f64
+        };
+        if ratio > worst.0 {
+            worst = (ratio, Some(s.clone()));
+        }
+    }
+    worst
+}
+
+/// A backlog on 8 equal partitions drains in step: at every sample of `kafka_offsets` taken
+/// while it drains, the partition furthest ahead has advanced at most twice as far as the one
+/// furthest behind. Then every order is a row exactly once, every column as produced.
+///
+/// Ignored: it fails today (a partition at 11,000 while five are at 0; README, "Performance"),
+/// and the fetch-size change that made it pass (64 KiB) made long drains less fair and slower
+/// in the benchmark. Run it with `--ignored` against a fix that serves partitions in turn.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "fails until the sink serves partitions in turn (README, Performance)"]
+async fn a_backlog_on_eight_partitions_drains_them_in_step() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(PARTITIONS as i32).await;
+    produce_orders(&producer(), &topic, 0, PER_PARTITION * PARTITIONS).await;
+    let config = SinkConfig::new(&db.url, &topic.name, "orders");
+    let _sink = Sink::start(&config, "sink");
+
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let stored = db.stored_offsets(&config.group, &topic.name).await;
+        let mut progress = vec![0i64; PARTITIONS as usize];
+        for (p, next) in stored {
+            progress[p as usize] = next.unwrap_or(0);
+        }
+        let drained = progress.iter().all(|&n| n == PER_PARTITION);
+        samples.push(progress);
+        if drained {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not drained: {samples:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let useful = samples
+        .iter()
+        .filter(|s| s.iter().sum::<i64>() >= PER_PARTITION * PARTITIONS / 10)
+        .filter(|s| s.iter().all(|&n| n < PER_PARTITION))
+        .count();
+    assert!(
+        useful >= 5,
+        "too few samples while draining to judge ({useful}): {samples:?}"
+    );
+    let (ratio, at) = worst_ratio(&samples);
+    eprintln!("worst progress ratio {ratio:.2} at {at:?} over {useful} samples");
+    assert!(
+        ratio <= 2.0,
+        "partitions did not drain in step: max/min progress {ratio:.2} at {at:?}; all samples: {samples:?}"
+    );
+
+    let copies = orders_as_produced(&db, "orders", PARTITIONS).await;
+    let wrong: Vec<_> = copies.iter().filter(|(_, &c)| c != 1).collect();
+    assert!(wrong.is_empty(), "(partition, offset) → copies: {wrong:?}");
+    assert_eq!(copies.len() as i64, PER_PARTITION * PARTITIONS, "rows");
+}
