@@ -857,7 +857,11 @@ async fn a_reset_ends_a_stopped_sink_holding_its_row_and_gives_up_on_other_holde
     for offset in 0..110 {
         // Read again from 10: up to the position the reset replaced, which a batch that
         // committed before the stop took hold moved to 110.
-        let expected = if (10..replaced).contains(&offset) { 2 } else { 1 };
+        let expected = if (10..replaced).contains(&offset) {
+            2
+        } else {
+            1
+        };
         assert_eq!(copies.get(&(0, offset)), Some(&expected), "offset {offset}");
     }
     assert!(sink.logs().contains("position reset by an operator"));
