@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, producer_on, TestTopic};
 use crate::helpers::private::Private;
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{LogsOnPanic, Sink, SinkConfig};
 use crate::helpers::*;
 
 const RECORDS: i64 = 40_000;
@@ -92,7 +92,10 @@ async fn the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicat
     // More records after the restart; the sink must pick up without anyone touching it.
     produce_orders(&producer, &topic, RECORDS / 2, RECORDS).await;
 
-    wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    {
+        let _logs = LogsOnPanic(&sink);
+        wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
+    }
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, RECORDS).await;
     assert!(
         sink.is_running(),

@@ -362,3 +362,15 @@ impl Drop for Sink {
         let _ = self.child.wait();
     }
 }
+
+/// Prints a sink's last log lines if the test panics while it is held: a wait that times out
+/// then says what the sink was doing, not only that it did not finish.
+pub struct LogsOnPanic<'a>(pub &'a Sink);
+
+impl Drop for LogsOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.0.logs_tail(80));
+        }
+    }
+}
