@@ -182,7 +182,7 @@ pub async fn upsert_strategies(
     let mut conn = PgConnection::connect(url).await?;
     conn.execute(
         "CREATE TEMP TABLE stage ON COMMIT DELETE ROWS AS SELECT * FROM bench_orders WITH NO DATA;
-         ALTER TABLE stage ADD COLUMN __kps_ord bigint",
+         ALTER TABLE stage ADD COLUMN __kps_ord bigint, ADD COLUMN __kps_mask bytea",
     )
     .await?;
     let cols = columns
@@ -190,7 +190,8 @@ pub async fn upsert_strategies(
         .map(|c| format!("\"{c}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    let copy_sql = format!("COPY stage ({cols}, __kps_ord) FROM STDIN (FORMAT binary)");
+    // The sink's upsert rows: every column, the record's ordinal and its presence mask.
+    let copy_sql = format!("COPY stage ({cols}, __kps_ord, __kps_mask) FROM STDIN (FORMAT binary)");
     let updates = columns
         .iter()
         .filter(|c| *c != "id")
