@@ -254,17 +254,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             .filter(|r| !r.buffer.is_empty())
             .map(|r| staged(copy_statement(&table.qualified(), &names(&r.columns)), r))
             .collect();
-        return (!copies.is_empty() || !before.is_empty()).then(|| TableWrite {
-            table: table.to_string(),
-            topic,
-            setup: None,
-            before,
-            copies,
-            statements: Vec::new(),
-            dead_letters,
-            left_out: None,
-            ddl: Vec::new(),
-        });
+        return unstaged(&table, topic, before, copies, dead_letters);
     };
     let staging = Staging::of(&table, rows.soft_delete.is_some());
     let key_names = names(&keys);
@@ -290,17 +280,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
     }
     if copies.is_empty() {
         // Nothing staged: only a truncate, if anything.
-        return (!before.is_empty()).then(|| TableWrite {
-            table: table.to_string(),
-            topic,
-            setup: None,
-            before,
-            copies,
-            statements: Vec::new(),
-            dead_letters,
-            left_out: None,
-            ddl: Vec::new(),
-        });
+        return unstaged(&table, topic, before, copies, dead_letters);
     }
     let mut statements = Merge {
         table: &table,
@@ -326,6 +306,28 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         before,
         copies,
         statements,
+        dead_letters,
+        left_out: None,
+        ddl: Vec::new(),
+    })
+}
+
+/// A write without staging: insert-mode copies straight into the table, or only a truncate;
+/// `None` when there is nothing to run.
+fn unstaged(
+    table: &Table,
+    topic: Arc<str>,
+    before: Vec<(String, (i32, i64))>,
+    copies: Vec<StagedCopy>,
+    dead_letters: Option<DeadLetterTarget>,
+) -> Option<TableWrite> {
+    (!copies.is_empty() || !before.is_empty()).then(|| TableWrite {
+        table: table.to_string(),
+        topic,
+        setup: None,
+        before,
+        copies,
+        statements: Vec::new(),
         dead_letters,
         left_out: None,
         ddl: Vec::new(),
