@@ -104,11 +104,6 @@ fn record(i: i64) -> Value {
     doc
 }
 
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// Records whose arrays can never be written, each with the column at fault and the dead
 /// letter's kind: a nested (two-dimensional) array, a scalar where a list belongs,
 /// PostgreSQL's text form as a string, and elements their element type refuses (`mapping`,
@@ -158,23 +153,6 @@ fn bad_records() -> Vec<(Value, &'static str, &'static str)> {
     ]
 }
 
-/// Keeps the JSON as produced (`json`, not `jsonb`, so numbers and strings keep their text)
-/// for the oracle to read.
-async fn keep_produced(db: &TestDb, docs: &[Value]) {
-    db.pool
-        .execute("CREATE TABLE produced (id bigint PRIMARY KEY, doc json NOT NULL)")
-        .await
-        .unwrap();
-    for doc in docs {
-        sqlx::query("INSERT INTO produced VALUES ($1, $2::json)")
-            .bind(doc["id"].as_i64().unwrap())
-            .bind(doc.to_string())
-            .execute(&db.pool)
-            .await
-            .unwrap();
-    }
-}
-
 /// Rows (id, column) where what landed differs from PostgreSQL's own reading of what was
 /// produced, with both sides as text; empty when every column of every row is right.
 async fn differences(
@@ -210,18 +188,6 @@ async fn differences(
     found
 }
 
-/// Dead letters of `topic`: (offset, kind, message).
-async fn dead_letters(db: &TestDb, topic: &str) -> Vec<(i64, String, String)> {
-    sqlx::query_as(
-        "SELECT \"offset\", error_kind, error_message FROM kafka_dead_letters
-          WHERE topic = $1 ORDER BY 1",
-    )
-    .bind(topic)
-    .fetch_all(&db.pool)
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_letters() {
     let db = TestDb::migrated().await;
@@ -252,7 +218,7 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
     }
     assert_eq!(bad_at.len(), bad.len());
     produce_raw(&producer(), &topic.name, &records).await;
-    keep_produced(&db, &good).await;
+    db.keep_produced(&good).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "lists");
     config.max_records = 25; // bad records share batches with good ones
@@ -307,7 +273,7 @@ async fn json_arrays_of_every_element_type_land_exactly_and_bad_ones_are_dead_le
 
     // Each bad record is a dead letter of its kind naming its column (the sink's) or the
     // SQLSTATE (PostgreSQL's), and what was wrong.
-    let letters = dead_letters(&db, &topic.name).await;
+    let letters = db.dead_letters_of(&topic.name).await;
     assert_eq!(
         letters.iter().map(|l| l.0).collect::<Vec<_>>(),
         bad_at.keys().copied().collect::<Vec<_>>(),
@@ -368,7 +334,7 @@ async fn array_columns_upsert_with_the_last_record_per_key_winning() {
     }
     produce_raw(&producer(), &topic.name, &records).await;
     let docs: Vec<Value> = last.into_values().collect();
-    keep_produced(&db, &docs).await;
+    db.keep_produced(&docs).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "lists");
     config.max_records = 40;
@@ -467,7 +433,7 @@ async fn avro_arrays_land_in_array_columns() {
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
-    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    assert_eq!(db.dead_letters_of(&topic.name).await, vec![]);
     let rows = db
         .rows_as_text(
             "alists",
@@ -611,7 +577,7 @@ async fn protobuf_repeated_fields_land_in_array_columns() {
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
-    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    assert_eq!(db.dead_letters_of(&topic.name).await, vec![]);
     let columns = [
         "id", "texts", "bigs", "flags", "floats", "blobs", "ats", "moods", "empty",
     ];

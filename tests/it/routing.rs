@@ -491,14 +491,6 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
     assert!(sink.stop().success());
 }
 
-/// A record of the stop test: header `table = name`, value `{"id": id}`, partition 0.
-fn named(name: &str, id: i64) -> RawRecord {
-    RawRecord {
-        headers: vec![(b"table".to_vec(), Some(name.as_bytes().to_vec()))],
-        ..RawRecord::json(0, &format!(r#"{{"id":{id}}}"#))
-    }
-}
-
 /// Under `on_error = "fail"`: a listed table that does not exist stops the sink at startup
 /// naming it; a table the pattern allows but that does not exist stops it *at* the record
 /// naming it, which is read again once the table is created; a name the pattern does not match
@@ -524,7 +516,12 @@ async fn under_fail_a_missing_or_refused_table_stops_the_sink_at_its_record() {
 
     config.topic_settings =
         "table_from = { header = \"table\" }\ntable_pattern = \"route_[a-z]\"".into();
-    let first = [named("a", 0), named("a", 1), named("b", 2), named("a", 3)];
+    let first = [
+        RawRecord::routed("a", 0),
+        RawRecord::routed("a", 1),
+        RawRecord::routed("b", 2),
+        RawRecord::routed("a", 3),
+    ];
     produce_raw(&producer(), &topic.name, &first).await;
     let mut sink = Sink::start(&config, "missing");
     let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
@@ -544,7 +541,12 @@ async fn under_fail_a_missing_or_refused_table_stops_the_sink_at_its_record() {
         .unwrap();
     let mut sink = Sink::start(&config, "created");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
-    produce_raw(&producer(), &topic.name, &[named("zz", 4), named("a", 5)]).await;
+    produce_raw(
+        &producer(),
+        &topic.name,
+        &[RawRecord::routed("zz", 4), RawRecord::routed("a", 5)],
+    )
+    .await;
     let status = sink.wait_timeout(Duration::from_secs(60)).expect("exits");
     assert_eq!(status.code(), Some(1));
     assert!(

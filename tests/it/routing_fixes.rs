@@ -291,14 +291,6 @@ async fn a_deferred_foreign_key_failing_at_commit_stops_the_sink_and_writes_noth
     );
 }
 
-/// A record of the replay test: header `table = name`, value `{"id": id}`, partition 0.
-fn named(name: &str, id: i64) -> RawRecord {
-    RawRecord {
-        headers: vec![(b"table".to_vec(), Some(name.as_bytes().to_vec()))],
-        ..RawRecord::json(0, &format!(r#"{{"id":{id}}}"#))
-    }
-}
-
 /// `dead-letters replay` with a letter whose table (now allowed) cannot be loaded, between
 /// letters whose table now exists: that letter alone still fails, with the reason, and keeps
 /// its place; the others are written, every column as produced.
@@ -318,11 +310,11 @@ async fn replay_marks_a_letter_whose_table_cannot_be_loaded_and_writes_the_other
          on_error = \"dead_letter\""
         .into();
     let records = [
-        named("a", 0),
-        named("b", 1),
-        named("c", 2),
-        named("b", 3),
-        named("a", 4),
+        RawRecord::routed("a", 0),
+        RawRecord::routed("b", 1),
+        RawRecord::routed("c", 2),
+        RawRecord::routed("b", 3),
+        RawRecord::routed("a", 4),
     ];
     produce_raw(&producer(), &topic.name, &records).await;
     let mut sink = Sink::start(&config, "sink");

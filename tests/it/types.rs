@@ -171,11 +171,6 @@ fn record(i: i64) -> Value {
     doc
 }
 
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// Records that can never be written, each with the column at fault, the dead letter's kind
 /// and what its message must say: malformed or out-of-range values the sink refuses
 /// (`mapping`), and values a domain's CHECK refuses (`rejected`, found by PostgreSQL).
@@ -264,22 +259,6 @@ fn bad_records() -> Vec<(Value, &'static str, &'static str, &'static str)> {
     ]
 }
 
-/// Keeps the JSON as produced (`json`: values keep their text) for the oracle to read.
-async fn keep_produced(db: &TestDb, docs: &[Value]) {
-    db.pool
-        .execute("CREATE TABLE produced (id bigint PRIMARY KEY, doc json NOT NULL)")
-        .await
-        .unwrap();
-    for doc in docs {
-        sqlx::query("INSERT INTO produced VALUES ($1, $2::json)")
-            .bind(doc["id"].as_i64().unwrap())
-            .bind(doc.to_string())
-            .execute(&db.pool)
-            .await
-            .unwrap();
-    }
-}
-
 /// Rows (id, column, landed, expected) where what landed differs from PostgreSQL's own
 /// reading of what was produced, both as text (session time zone UTC, as the sink assumes
 /// for a time with no offset); empty when every column of every row is right.
@@ -319,18 +298,6 @@ async fn differences(db: &TestDb) -> Vec<(i64, String, Option<String>, Option<St
     found
 }
 
-/// Dead letters of `topic`: (offset, kind, message).
-async fn dead_letters(db: &TestDb, topic: &str) -> Vec<(i64, String, String)> {
-    sqlx::query_as(
-        "SELECT \"offset\", error_kind, error_message FROM kafka_dead_letters
-          WHERE topic = $1 ORDER BY 1",
-    )
-    .bind(topic)
-    .fetch_all(&db.pool)
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_ones_are_dead_letters(
 ) {
@@ -367,7 +334,7 @@ async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_on
         offset += 1;
     }
     produce_raw(&producer(), &topic.name, &records).await;
-    keep_produced(&db, &good).await;
+    db.keep_produced(&good).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "kinds");
     config.max_records = 25; // bad records share batches with good ones
@@ -478,7 +445,7 @@ async fn json_records_of_every_new_type_land_as_postgresql_reads_them_and_bad_on
     assert_eq!(matches, 1);
 
     // Each bad record is a dead letter of its kind, at its offset, saying what was wrong.
-    let letters = dead_letters(&db, &topic.name).await;
+    let letters = db.dead_letters_of(&topic.name).await;
     assert_eq!(
         letters.iter().map(|l| l.0).collect::<Vec<_>>(),
         bad_at.keys().copied().collect::<Vec<_>>(),
@@ -666,7 +633,7 @@ async fn avro_durations_and_times_of_day_land_in_interval_and_time_columns() {
     let mut sink = Sink::start(&config, "sink");
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
-    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    assert_eq!(db.dead_letters_of(&topic.name).await, vec![]);
     let rows = db
         .rows_as_text("aspans", &["id", "d", "s", "a", "t", "tm", "mt", "ip"])
         .await;
@@ -734,7 +701,7 @@ async fn the_new_types_upsert_through_the_staging_table_with_the_last_record_per
     }
     produce_raw(&producer(), &topic.name, &records).await;
     let docs: Vec<Value> = last.into_values().collect();
-    keep_produced(&db, &docs).await;
+    db.keep_produced(&docs).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "kinds");
     config.max_records = 40;
@@ -743,7 +710,7 @@ async fn the_new_types_upsert_through_the_staging_table_with_the_last_record_per
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
     assert_eq!(db.count("kinds").await, 30);
-    assert_eq!(dead_letters(&db, &topic.name).await, vec![]);
+    assert_eq!(db.dead_letters_of(&topic.name).await, vec![]);
     assert_eq!(differences(&db).await, vec![]);
 }
 
@@ -853,7 +820,7 @@ async fn protobuf_durations_land_in_interval_columns() {
             ],
         ]
     );
-    let letters = dead_letters(&db, &topic.name).await;
+    let letters = db.dead_letters_of(&topic.name).await;
     assert_eq!(letters.len(), 1, "{letters:?}");
     assert_eq!((letters[0].0, letters[0].1.as_str()), (2, "mapping"));
     assert!(

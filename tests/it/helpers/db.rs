@@ -163,6 +163,40 @@ impl TestDb {
         (dups, distinct)
     }
 
+    /// Keeps JSON documents as produced, keyed by their `id`, in a `produced` table (`json`,
+    /// not `jsonb`, so numbers and strings keep their text): the oracle that tests read back
+    /// with PostgreSQL's own conversions.
+    pub async fn keep_produced(&self, docs: &[serde_json::Value]) {
+        self.pool
+            .execute("CREATE TABLE produced (id bigint PRIMARY KEY, doc json NOT NULL)")
+            .await
+            .expect("create produced");
+        for doc in docs {
+            sqlx::query("INSERT INTO produced VALUES ($1, $2::json)")
+                .bind(
+                    doc["id"]
+                        .as_i64()
+                        .expect("a produced document has an integer id"),
+                )
+                .bind(doc.to_string())
+                .execute(&self.pool)
+                .await
+                .expect("keep a produced document");
+        }
+    }
+
+    /// Dead letters of `topic`: (offset, kind, message), in offset order.
+    pub async fn dead_letters_of(&self, topic: &str) -> Vec<(i64, String, String)> {
+        sqlx::query_as(
+            "SELECT \"offset\", error_kind, error_message FROM kafka_dead_letters
+              WHERE topic = $1 ORDER BY 1",
+        )
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await
+        .expect("read kafka_dead_letters")
+    }
+
     /// The first few ids in `0..n` that have no row.
     pub async fn missing_ids(&self, table: &str, n: i64) -> Vec<i64> {
         sqlx::query_scalar(&format!(

@@ -187,6 +187,15 @@ impl RawRecord {
             ..Default::default()
         }
     }
+
+    /// A JSON record on partition 0 whose `table` header names where routing sends it:
+    /// `{"id": id}`, the smallest record the routing tests need.
+    pub fn routed(table: &str, id: i64) -> Self {
+        Self {
+            headers: vec![(b"table".to_vec(), Some(table.as_bytes().to_vec()))],
+            ..Self::json(0, &format!(r#"{{"id":{id}}}"#))
+        }
+    }
 }
 
 /// Produces the records in order (idempotent producer: order holds while in flight) and waits

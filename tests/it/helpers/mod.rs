@@ -34,6 +34,12 @@ where
     .join();
 }
 
+/// Standard base64, as JSON records carry bytes.
+pub fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// Polls `condition` until it holds; panics with `what` after `timeout`.
 pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
 where
