@@ -1,10 +1,16 @@
 //! The column a schema field becomes when the sink creates or adds it: one table, per schema
 //! language, of schema type (and logical type) → PostgreSQL type. README's "Created columns"
-//! table is this file; each choice is one the existing converters write losslessly.
+//! table is this file (Protobuf's and JSON Schema's in `protobuf` and `json_schema`); each choice is one the existing converters write losslessly.
 
 use serde_json::Value;
 
 use crate::schema::{ArrayOf, ColumnType};
+
+mod json_schema;
+mod protobuf;
+
+pub(crate) use json_schema::json_schema_fields;
+pub(crate) use protobuf::protobuf_fields;
 
 /// A column the schema asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -120,6 +120,15 @@ impl ProtobufTranscoder {
         Ok(message.fields().map(|f| f.name().to_string()).collect())
     }
 
+    /// The message type the index array at the front of `after_id` (a record after its schema
+    /// id) names, as the record's payload is read, without compiling its program: for
+    /// `auto_create`/`auto_evolve`, which read a record's message's fields once per schema.
+    pub(crate) fn record_message(&self, after_id: &[u8]) -> Result<MessageDescriptor, String> {
+        let mut indexes = [0u32; MAX_INDEXES];
+        let (depth, _) = message_indexes(after_id, &mut indexes)?;
+        self.resolve(&indexes[..depth])
+    }
+
     fn message(&self, path: &[u32]) -> Result<Resolved, String> {
         // A poisoned lock only means another thread panicked mid-insert of a complete value;
         // the map is still sound.
@@ -287,6 +296,14 @@ impl ProtobufTranscoder {
         let program = &found.program;
         program.run(program.root, body, 0, &mut Vec::new(), out)
     }
+}
+
+/// How many bytes the message-index array at the start of `payload` takes (what tells one
+/// message of a schema from another), without resolving it; `None` when it is malformed.
+pub(crate) fn message_index_len(payload: &[u8]) -> Option<usize> {
+    let mut indexes = [0u32; MAX_INDEXES];
+    let (_, body) = message_indexes(payload, &mut indexes).ok()?;
+    Some(payload.len() - body.len())
 }
 
 /// Reads the message-index array at the start of `payload` into `indexes`: its length and the
