@@ -2,7 +2,8 @@
 //! the real services: a table created from the registered schema with every type the README's
 //! table lists (each column read back and compared with what was produced), the key schema's
 //! fields as the primary key in upsert mode, schema v2's new field adding a nullable column
-//! mid-stream, and `check --plan` printing the DDL without creating anything.
+//! mid-stream, and `check --plan` printing the DDL without creating anything; and Debezium's
+//! Avro logical types (named in `connect.name`) creating their Connect columns.
 
 use std::time::Duration;
 
@@ -588,4 +589,173 @@ async fn check_plan_prints_the_ddl_of_protobuf_and_json_schema_topics() {
     .await
     .unwrap();
     assert_eq!(made, [None], "check --plan created a table or a column");
+}
+
+/// A Debezium change-event schema as the AvroConverter writes it: each logical type named in
+/// `connect.name` on a plain Avro type.
+const DEBEZIUM_AVRO: &str = r#"{"type":"record","name":"Envelope","namespace":"pg.public.t","fields":[
+  {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+    {"name":"id","type":"int"},
+    {"name":"ts","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.Timestamp"}},
+    {"name":"mts","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTimestamp"}},
+    {"name":"nts","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.NanoTimestamp"}},
+    {"name":"zts","type":["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.time.ZonedTimestamp"}],"default":null},
+    {"name":"d","type":{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Date"}},
+    {"name":"t","type":{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Time"}},
+    {"name":"mt","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTime"}},
+    {"name":"nt","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.NanoTime"}},
+    {"name":"js","type":{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}},
+    {"name":"u","type":{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Uuid"}},
+    {"name":"vsd","type":{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data","fields":[{"name":"scale","type":"int"},{"name":"value","type":"bytes"}],"connect.version":1,"connect.name":"io.debezium.data.VariableScaleDecimal"}},
+    {"name":"dec","type":{"type":"bytes","connect.version":1,"connect.parameters":{"scale":"2","connect.decimal.precision":"10"},"connect.name":"org.apache.kafka.connect.data.Decimal"}}
+  ],"connect.name":"pg.public.t.Value"}],"default":null},
+  {"name":"after","type":["null","Value"],"default":null},
+  {"name":"op","type":"string"},
+  {"name":"ts_ms","type":["null","long"],"default":null}],"connect.name":"pg.public.t.Envelope"}"#;
+
+/// A time of day or timestamp fraction as PostgreSQL prints it: trailing zeros dropped.
+fn trimmed(text: String) -> String {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// Debezium's Avro `after` schema creates the table with each Connect logical type's column
+/// (not the plain Avro type's `int8`/`int4`/`text`), and every value lands as produced.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_avro_logical_types_create_their_columns() {
+    use apache_avro::types::Value as Avro;
+    let db = TestDb::migrated().await;
+    let topic = TestTopic::create(2).await;
+    let id = register(
+        &format!("{}-value", topic.name),
+        SchemaKind::Avro,
+        DEBEZIUM_AVRO,
+    )
+    .await;
+    let schema = apache_avro::Schema::parse_str(DEBEZIUM_AVRO).unwrap();
+    let mut records = Vec::new();
+    let mut expected = Vec::new();
+    let midnight = chrono::NaiveTime::from_hms_opt(0, 0, 0).unwrap();
+    for i in 0..20i64 {
+        let ms = 1_700_000_000_123 + i;
+        let us = 1_700_000_000_123_456 + i;
+        let ns = 1_700_000_000_123_456_000 + i * 1000;
+        let after = Avro::Record(vec![
+            ("id".into(), Avro::Int(i as i32)),
+            ("ts".into(), Avro::Long(ms)),
+            ("mts".into(), Avro::Long(us)),
+            ("nts".into(), Avro::Long(ns)),
+            (
+                "zts".into(),
+                Avro::Union(
+                    1,
+                    Box::new(Avro::String(format!("2024-01-02T03:04:{i:02}.5+02:00"))),
+                ),
+            ),
+            ("d".into(), Avro::Int(19675 + i as i32)),
+            ("t".into(), Avro::Int(3_600_000 + i as i32 * 1000)),
+            ("mt".into(), Avro::Long(3_600_000_000 + i)),
+            ("nt".into(), Avro::Long(7_200_000_000_000 + i * 1000)),
+            ("js".into(), Avro::String(format!(r#"{{"a":{i}}}"#))),
+            (
+                "u".into(),
+                Avro::String(format!("00000000-0000-0000-0000-{i:012}")),
+            ),
+            (
+                "vsd".into(),
+                Avro::Record(vec![
+                    ("scale".into(), Avro::Int(3)),
+                    (
+                        "value".into(),
+                        Avro::Bytes(((i * 1000 + 7) as i32).to_be_bytes().to_vec()),
+                    ),
+                ]),
+            ),
+            (
+                "dec".into(),
+                Avro::Bytes(((i * 100 + 5) as i32).to_be_bytes().to_vec()),
+            ),
+        ]);
+        let envelope = Avro::Record(vec![
+            ("before".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("after".into(), Avro::Union(1, Box::new(after))),
+            ("op".into(), Avro::String("c".into())),
+            ("ts_ms".into(), Avro::Union(1, Box::new(Avro::Long(ms)))),
+        ]);
+        records.push(RawRecord {
+            partition: (i % 2) as i32,
+            key: Some(format!(r#"{{"id":{i}}}"#).into_bytes()),
+            value: Some(framed(
+                id,
+                &apache_avro::to_avro_datum(&schema, envelope).unwrap(),
+            )),
+            ..Default::default()
+        });
+        let stamp = |t: chrono::DateTime<chrono::Utc>| {
+            trimmed(t.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string())
+        };
+        let clock = |us: i64| {
+            trimmed(
+                (midnight + chrono::Duration::microseconds(us))
+                    .format("%H:%M:%S%.6f")
+                    .to_string(),
+            )
+        };
+        expected.push(vec![
+            Some(i.to_string()),
+            Some(stamp(chrono::DateTime::from_timestamp_millis(ms).unwrap())),
+            Some(stamp(chrono::DateTime::from_timestamp_micros(us).unwrap())),
+            Some(stamp(
+                chrono::DateTime::from_timestamp_micros(ns / 1000).unwrap(),
+            )),
+            Some(format!("2024-01-02 01:04:{i:02}.5+00")),
+            Some(
+                (chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+                    + chrono::Days::new((19675 + i) as u64))
+                .to_string(),
+            ),
+            Some(clock((3_600_000 + i * 1000) * 1000)),
+            Some(clock(3_600_000_000 + i)),
+            Some(clock(7_200_000_000 + i)),
+            Some(format!(r#"{{"a": {i}}}"#)),
+            Some(format!("00000000-0000-0000-0000-{i:012}")),
+            Some(format!("{i}.007")),
+            Some(format!("{i}.05")),
+        ]);
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "changes");
+    config.topic_settings =
+        "format = \"debezium\"\nencoding = \"avro\"\nkey = [\"id\"]\nauto_create = true".into();
+    config.metadata = String::new();
+    config.max_records = 7;
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    let mut sink = Sink::start(&config, "sink");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(90)).await;
+    assert!(sink.stop().success(), "{}", sink.logs());
+    assert_eq!(
+        column_types(&db, "changes").await,
+        [
+            "id integer NOT NULL",
+            "ts timestamp without time zone NOT NULL",
+            "mts timestamp without time zone NOT NULL",
+            "nts timestamp without time zone NOT NULL",
+            "zts timestamp with time zone",
+            "d date NOT NULL",
+            "t time without time zone NOT NULL",
+            "mt time without time zone NOT NULL",
+            "nt time without time zone NOT NULL",
+            "js jsonb NOT NULL",
+            "u uuid NOT NULL",
+            "vsd numeric NOT NULL",
+            "dec numeric(10,2) NOT NULL",
+        ]
+    );
+    let columns = [
+        "id", "ts", "mts", "nts", "zts", "d", "t", "mt", "nt", "js", "u", "vsd", "dec",
+    ];
+    assert_eq!(db.rows_as_text("changes", &columns).await, expected);
 }
