@@ -36,7 +36,6 @@ use anyhow::Context as _;
 pub use convert::Hint;
 pub(crate) use encode::nests_deeper_than;
 pub use encode::MAX_JSON_DEPTH;
-pub(crate) use protobuf::{message_index_len, ProtobufTranscoder};
 pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};

@@ -101,11 +101,11 @@ fn well_known(name: &str) -> Created {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::ProtobufTranscoder;
+    use crate::proto::{compile, record_message};
 
     fn columns(source: &str, indexes: &[u8]) -> Vec<(String, String, bool)> {
-        let t = ProtobufTranscoder::new(source).unwrap();
-        protobuf_fields(&t.record_message(indexes).unwrap())
+        let file = compile(source).unwrap();
+        protobuf_fields(&record_message(&file, indexes).unwrap())
             .into_iter()
             .map(|c| (c.name, c.sql, c.optional))
             .collect()
