@@ -397,6 +397,34 @@ mod tests {
 
     use super::*;
 
+    /// Protobuf and JSON Schema topics may create and evolve their tables; Debezium change
+    /// events in those encodings are refused, saying to create the table.
+    #[test]
+    fn registry_formats_take_auto_create_but_debezium_only_in_json_or_avro() {
+        let topic = |extra: &str| -> TopicSettings {
+            figment::Figment::from(Toml::string(&format!(
+                "name = \"t\"\ntable = \"t\"\nauto_create = true\n{extra}"
+            )))
+            .extract()
+            .unwrap()
+        };
+        for ok in [
+            "format = \"protobuf\"",
+            "format = \"json-schema\"",
+            "format = \"avro\"",
+            "format = \"debezium\"\nencoding = \"avro\"",
+        ] {
+            assert_eq!(schema_change_problem(&topic(ok)), None, "{ok}");
+        }
+        for refused in ["protobuf", "json-schema"] {
+            let why = schema_change_problem(&topic(&format!(
+                "format = \"debezium\"\nencoding = \"{refused}\""
+            )))
+            .expect("refused");
+            assert!(why.contains("create the table yourself"), "{why}");
+        }
+    }
+
     /// Routing by record and schema changes together are refused, whichever setting is on: a
     /// table a record names is never created or altered.
     #[test]
