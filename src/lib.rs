@@ -21,6 +21,7 @@ pub(crate) mod offsets;
 pub mod pgcopy;
 pub(crate) mod pgtext;
 pub(crate) mod pipeline;
+pub(crate) mod proto;
 pub mod record;
 pub(crate) mod record_routing;
 pub mod registry;

@@ -1,5 +1,6 @@
 //! `kafka-pg-sink check --plan`: the DDL `auto_create`/`auto_evolve` would run now, from the
-//! registry's latest schemas, changing nothing. Connect JSON carries its schema in each record,
+//! registry's latest schemas (a `.proto`'s first message, as index `[0]` names it), changing
+//! nothing. Connect JSON carries its schema in each record,
 //! so for it the plan waits for a record, and says so.
 
 use std::fmt::Write as _;
@@ -25,9 +26,11 @@ pub(super) async fn print(
         );
         return;
     }
-    let avro = topic.format == RecordFormat::Avro
-        || (topic.format == RecordFormat::Debezium && topic.encoding == Encoding::Avro);
-    if !avro {
+    let registry_format = match topic.format {
+        RecordFormat::Debezium => topic.encoding.uses_registry(),
+        format => format.registry_encoding().is_some(),
+    };
+    if !registry_format {
         let _ = writeln!(out, "  plan: Connect JSON records carry their own schema, so the DDL is decided by a record: none can be planned before one arrives");
         return;
     }
@@ -58,8 +61,8 @@ pub(super) async fn print(
         return;
     };
     let key: Option<std::sync::Arc<RegisteredSchema>> = match topic.key_format {
-        Encoding::Avro => latest(SubjectPart::Key).await.map(|(_, _, s)| s),
-        _ => None,
+        Encoding::Json => None,
+        _ => latest(SubjectPart::Key).await.map(|(_, _, s)| s),
     };
     match crate::ddl::plan_for_schemas(topic, mapper.table(), &value, key.as_deref()) {
         Ok(None) => {

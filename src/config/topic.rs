@@ -366,18 +366,21 @@ pub(crate) fn schema_change_problem(topic: &TopicSettings) -> Option<String> {
         return Some("auto_create and auto_evolve apply to a topic's one table; with table_from the records name tables that must exist: create them yourself and remove auto_create/auto_evolve".into());
     }
     let reads_schema = match topic.format {
-        RecordFormat::ConnectJson | RecordFormat::Avro => true,
+        RecordFormat::ConnectJson
+        | RecordFormat::Avro
+        | RecordFormat::Protobuf
+        | RecordFormat::JsonSchema => true,
         RecordFormat::Debezium => matches!(topic.encoding, Encoding::Json | Encoding::Avro),
         _ => false,
     };
     if matches!(topic.format, RecordFormat::Json | RecordFormat::Raw) {
         return Some(format!(
-            "auto_create and auto_evolve take the columns from the records' schema, and format = \"{}\" records carry none: create the table yourself (CREATE TABLE ...) and remove auto_create/auto_evolve, or use a format with a schema (connect-json, avro, debezium)",
+            "auto_create and auto_evolve take the columns from the records' schema, and format = \"{}\" records carry none: create the table yourself (CREATE TABLE ...) and remove auto_create/auto_evolve, or use a format with a schema (connect-json, avro, protobuf, json-schema, debezium)",
             if topic.format == RecordFormat::Raw { "raw" } else { "json" }
         ));
     }
     if !reads_schema {
-        return Some("auto_create and auto_evolve read Connect JSON, Avro and Debezium (JSON or Avro) schemas; for protobuf and json-schema topics create the table yourself".into());
+        return Some("auto_create and auto_evolve read Debezium's JSON and Avro change events; for Debezium in protobuf or json-schema create the table yourself".into());
     }
     if topic.auto_evolve.is_some() && !topic.map_by_name {
         return Some(
@@ -393,6 +396,34 @@ mod tests {
     use figment::providers::{Format, Toml};
 
     use super::*;
+
+    /// Protobuf and JSON Schema topics may create and evolve their tables; Debezium change
+    /// events in those encodings are refused, saying to create the table.
+    #[test]
+    fn registry_formats_take_auto_create_but_debezium_only_in_json_or_avro() {
+        let topic = |extra: &str| -> TopicSettings {
+            figment::Figment::from(Toml::string(&format!(
+                "name = \"t\"\ntable = \"t\"\nauto_create = true\n{extra}"
+            )))
+            .extract()
+            .unwrap()
+        };
+        for ok in [
+            "format = \"protobuf\"",
+            "format = \"json-schema\"",
+            "format = \"avro\"",
+            "format = \"debezium\"\nencoding = \"avro\"",
+        ] {
+            assert_eq!(schema_change_problem(&topic(ok)), None, "{ok}");
+        }
+        for refused in ["protobuf", "json-schema"] {
+            let why = schema_change_problem(&topic(&format!(
+                "format = \"debezium\"\nencoding = \"{refused}\""
+            )))
+            .expect("refused");
+            assert!(why.contains("create the table yourself"), "{why}");
+        }
+    }
 
     /// Routing by record and schema changes together are refused, whichever setting is on: a
     /// table a record names is never created or altered.

@@ -61,15 +61,17 @@ pub(crate) fn settings_for<'a>(
 }
 
 /// For `check --plan`: the change registered schemas (the value's and, for a record key, the
-/// key's latest) would make to `table` now; an error is what would stop the sink.
+/// key's latest; a Protobuf schema's first message) would make to `table` now; an error is
+/// what would stop the sink.
 pub(crate) fn plan_for_schemas(
     settings: &TopicSettings,
     table: &Table,
     value: &RegisteredSchema,
     key: Option<&RegisteredSchema>,
 ) -> Result<Option<Change>, String> {
-    let mut shape = record::shape_of_schema(value, settings.format == RecordFormat::Debezium)?;
-    shape.key = key.and_then(record::key_fields);
+    let debezium = settings.format == RecordFormat::Debezium;
+    let mut shape = record::shape_of_schema(value, record::FIRST_MESSAGE, debezium)?;
+    shape.key = key.and_then(|k| record::key_fields(k, record::FIRST_MESSAGE));
     plan::plan(settings, table, &shape)
 }
 

@@ -1,6 +1,6 @@
 //! A record's schema: which one it is (cheaply, so a schema seen before costs no parsing of
-//! it), and the columns it asks for. Connect JSON carries its schema in every record; Avro
-//! names it by registry id.
+//! it), and the columns it asks for. Connect JSON carries its schema in every record; the
+//! registry formats name it by id (and Protobuf its message by the index array after the id).
 
 use std::hash::{Hash as _, Hasher as _};
 
@@ -9,10 +9,17 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::plan::Shape;
-use super::types::{avro_fields, connect_fields, find_named};
+use super::types::{
+    avro_fields, connect_fields, find_named, json_schema_fields, protobuf_fields, FieldColumn,
+};
 use super::CheckError;
 use crate::config::{Encoding, RecordFormat, TopicSettings};
+use crate::proto::{compile, message_index_len, record_message};
 use crate::registry::{RegisteredSchema, RegistryError, SchemaKind};
+
+/// The message-index array that names a schema's first message (a count of 0), as `check
+/// --plan` reads the latest schema.
+pub(super) const FIRST_MESSAGE: &[u8] = &[0];
 
 /// Where a record's schema is, borrowed from the record: a schema seen before costs no copy.
 #[derive(Debug, Clone)]
@@ -27,8 +34,29 @@ pub(crate) struct Found<'a> {
 enum Where<'a> {
     /// The Connect envelope's `schema`, as text.
     Connect(&'a str),
-    /// Registry ids of the value and, for Avro keys, the key.
-    Registry { value: u32, key: Option<u32> },
+    /// The registry schemas of the value and, for a registry-format key, the key.
+    Registry {
+        value: Named<'a>,
+        key: Option<Named<'a>>,
+    },
+}
+
+/// A schema a record names in the Confluent wire format.
+#[derive(Debug, Clone, Copy)]
+struct Named<'a> {
+    encoding: Encoding,
+    id: u32,
+    /// Protobuf's message-index array after the id, as the record has it (empty otherwise):
+    /// records of one schema id may be of different messages.
+    indexes: &'a [u8],
+}
+
+/// A schema is known by its id and message: the encoding is the topic's, the same for all.
+impl std::hash::Hash for Named<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+        self.indexes.hash(state);
+    }
 }
 
 /// The envelope's schema, borrowed; the payload is skipped unparsed into values.
@@ -46,10 +74,30 @@ fn wire_id(bytes: &[u8]) -> Option<u32> {
     }
 }
 
-/// Whether the topic's values are Avro in the registry (plain or Debezium).
-fn avro_values(settings: &TopicSettings) -> bool {
-    settings.format == RecordFormat::Avro
-        || (settings.format == RecordFormat::Debezium && settings.encoding == Encoding::Avro)
+/// The registry format the topic's values are written in, if any (plain or Debezium).
+fn value_encoding(settings: &TopicSettings) -> Option<Encoding> {
+    match settings.format {
+        RecordFormat::Debezium => Some(settings.encoding).filter(|e| e.uses_registry()),
+        format => format.registry_encoding(),
+    }
+}
+
+/// The schema a wire-format record names; `None` without the header (or with a malformed
+/// message-index array), which the mapping refuses with its own words.
+fn named(bytes: &[u8], encoding: Encoding) -> Option<Named<'_>> {
+    let id = wire_id(bytes)?;
+    let indexes = match encoding {
+        Encoding::Protobuf => {
+            let rest = &bytes[5..];
+            &rest[..message_index_len(rest)?]
+        }
+        _ => &[],
+    };
+    Some(Named {
+        encoding,
+        id,
+        indexes,
+    })
 }
 
 /// The record's schema, if it names or carries one (a tombstone, schemaless Connect JSON or a
@@ -57,22 +105,20 @@ fn avro_values(settings: &TopicSettings) -> bool {
 pub(crate) fn identify<'a>(
     settings: &TopicSettings,
     value: Option<&'a [u8]>,
-    key: Option<&[u8]>,
+    key: Option<&'a [u8]>,
 ) -> Option<Found<'a>> {
     let value = value?;
-    if avro_values(settings) {
-        let value_id = wire_id(value)?;
-        let key_id = match settings.key_format {
-            Encoding::Avro => key.and_then(wire_id),
-            _ => None,
+    if let Some(encoding) = value_encoding(settings) {
+        let value = named(value, encoding)?;
+        let key = match settings.key_format {
+            Encoding::Json => None,
+            encoding => key.and_then(|k| named(k, encoding)),
         };
-        let identity = u64::from(value_id) | (key_id.map_or(0, |k| u64::from(k) + 1) << 32);
+        let mut hasher = std::hash::DefaultHasher::new();
+        (value, key).hash(&mut hasher);
         return Some(Found {
-            identity,
-            what: Where::Registry {
-                value: value_id,
-                key: key_id,
-            },
+            identity: hasher.finish(),
+            what: Where::Registry { value, key },
         });
     }
     let envelope: Envelope<'_> = serde_json::from_slice(value).ok()?;
@@ -89,7 +135,8 @@ pub(crate) fn identify<'a>(
 }
 
 /// The columns the record's schema asks for; registry schemas are fetched by id (the client
-/// caches them).
+/// caches them), and a `.proto` is compiled here once per schema the topic meets (`Evolver`
+/// remembers each record schema it has held against the table).
 pub(crate) fn shape(
     settings: &TopicSettings,
     found: &Found<'_>,
@@ -111,54 +158,100 @@ pub(crate) fn shape(
             })
         }
         Where::Registry { value, key } => {
-            let mut get = |id: u32| -> Result<RegisteredSchema, CheckError> {
-                fetch(id).map_err(|e| match e {
+            let mut get = |named: &Named<'_>| -> Result<RegisteredSchema, CheckError> {
+                let id = named.id;
+                let schema = fetch(id).map_err(|e| match e {
                     RegistryError::NotFound(what) => CheckError::Record(format!(
                         "the record's schema id {id} is not in the registry ({what})"
                     )),
                     RegistryError::Unavailable(why) => CheckError::Unavailable(why),
-                })
+                })?;
+                if schema.kind != kind_of(named.encoding) {
+                    return Err(CheckError::Record(format!(
+                        "the record's schema id {id} is a {:?} schema, and the topic reads {:?}",
+                        schema.kind, named.encoding
+                    )));
+                }
+                Ok(schema)
             };
-            let value_schema = get(*value)?;
-            let mut shape = shape_of_schema(&value_schema, debezium).map_err(CheckError::Record)?;
-            if let Some(id) = key {
-                let key_schema = get(*id)?;
-                shape.key = key_fields(&key_schema);
+            let value_schema = get(value)?;
+            let mut shape = shape_of_schema(&value_schema, value.indexes, debezium)
+                .map_err(CheckError::Record)?;
+            if let Some(named) = key {
+                let key_schema = get(named)?;
+                shape.key = key_fields(&key_schema, named.indexes);
             }
             Ok(shape)
         }
     }
 }
 
-/// The columns a registered value schema asks for (also `check --plan`'s, from the latest
-/// registered version).
-pub(super) fn shape_of_schema(schema: &RegisteredSchema, debezium: bool) -> Result<Shape, String> {
-    if schema.kind != SchemaKind::Avro {
-        return Err(format!(
-            "schema is {:?}; auto_create and auto_evolve read Avro registry schemas",
-            schema.kind
-        ));
+/// The registry's kind of schema for an encoding.
+fn kind_of(encoding: Encoding) -> SchemaKind {
+    match encoding {
+        Encoding::Protobuf => SchemaKind::Protobuf,
+        Encoding::JsonSchema => SchemaKind::Json,
+        Encoding::Avro | Encoding::Json => SchemaKind::Avro,
     }
-    let root: Value =
-        serde_json::from_str(&schema.text).map_err(|e| format!("the schema is not JSON: {e}"))?;
-    let row = if debezium { avro_after(&root)? } else { &root };
-    if row["type"] != "record" {
-        return Err(
-            "the value schema is not a record: there are no fields to make columns of".into(),
-        );
-    }
-    Ok(Shape {
-        value: avro_fields(&root, row)?,
-        key: None,
-    })
 }
 
-/// A key schema's fields, when it is a record.
-pub(super) fn key_fields(schema: &RegisteredSchema) -> Option<Vec<super::types::FieldColumn>> {
-    let root: Value = serde_json::from_str(&schema.text).ok()?;
-    (schema.kind == SchemaKind::Avro && root["type"] == "record")
-        .then(|| avro_fields(&root, &root).ok())
-        .flatten()
+/// The columns a registered value schema asks for (also `check --plan`'s, from the latest
+/// registered version); `indexes` names a Protobuf record's message.
+pub(super) fn shape_of_schema(
+    schema: &RegisteredSchema,
+    indexes: &[u8],
+    debezium: bool,
+) -> Result<Shape, String> {
+    let value = match schema.kind {
+        SchemaKind::Avro => {
+            let root: Value = serde_json::from_str(&schema.text)
+                .map_err(|e| format!("the schema is not JSON: {e}"))?;
+            let row = if debezium { avro_after(&root)? } else { &root };
+            if row["type"] != "record" {
+                return Err(
+                    "the value schema is not a record: there are no fields to make columns of"
+                        .into(),
+                );
+            }
+            avro_fields(&root, row)?
+        }
+        _ if debezium => {
+            return Err(format!(
+                "auto_create and auto_evolve read Debezium's JSON and Avro change events, not {:?} ones",
+                schema.kind
+            ))
+        }
+        SchemaKind::Protobuf => {
+            protobuf_fields(&record_message(&compile(&schema.text)?, indexes)?)
+        }
+        SchemaKind::Json => {
+            let root: Value = serde_json::from_str(&schema.text)
+                .map_err(|e| format!("the JSON Schema is not JSON: {e}"))?;
+            json_schema_fields(&root, &root)?
+        }
+    };
+    Ok(Shape { value, key: None })
+}
+
+/// A key schema's fields, when it is a record (an Avro record, a Protobuf message, a JSON
+/// Schema object with properties); `indexes` names a Protobuf key's message.
+pub(super) fn key_fields(schema: &RegisteredSchema, indexes: &[u8]) -> Option<Vec<FieldColumn>> {
+    match schema.kind {
+        SchemaKind::Avro => {
+            let root: Value = serde_json::from_str(&schema.text).ok()?;
+            (root["type"] == "record")
+                .then(|| avro_fields(&root, &root).ok())
+                .flatten()
+        }
+        SchemaKind::Protobuf => {
+            let file = compile(&schema.text).ok()?;
+            Some(protobuf_fields(&record_message(&file, indexes).ok()?))
+        }
+        SchemaKind::Json => {
+            let root: Value = serde_json::from_str(&schema.text).ok()?;
+            json_schema_fields(&root, &root).ok()
+        }
+    }
 }
 
 /// Debezium's `after` struct in a Connect change-event schema.

@@ -173,11 +173,82 @@ fn a_debezium_avro_envelope_gives_the_after_records_columns() {
             {"name":"op","type":"string"}]}"#
             .into(),
     };
-    let shape = record::shape_of_schema(&envelope, true).unwrap();
+    let shape = record::shape_of_schema(&envelope, record::FIRST_MESSAGE, true).unwrap();
     let cols: Vec<(&str, &str, bool)> = shape
         .value
         .iter()
         .map(|f| (f.name.as_str(), f.sql.as_str(), f.optional))
         .collect();
     assert_eq!(cols, [("id", "int4", false), ("name", "text", true)]);
+}
+
+/// A Protobuf record's message is the one its index array names, not always the first: two
+/// records of one schema id and different messages are two schemas, each its own columns.
+#[test]
+fn a_protobuf_record_creates_the_columns_of_the_message_it_names() {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(
+        "name = \"t\"\ntable = \"t\"\nformat = \"protobuf\"\nauto_create = true",
+    ))
+    .extract()
+    .unwrap();
+    let mut ev = Evolver::for_settings(&settings).unwrap();
+    let mut fetch = |id: u32| {
+        assert_eq!(id, 7);
+        Ok(RegisteredSchema {
+            kind: crate::registry::SchemaKind::Protobuf,
+            text: "syntax = \"proto3\"; message A { int64 a = 1; } message B { string b = 1; optional int32 c = 2; }".into(),
+        })
+    };
+    let table = missing_table(&settings, "t");
+    // Schema id 7, then the index array [1] (zigzag: count 1, index 1), then the message.
+    let second = [0, 0, 0, 0, 7, 2, 2, 0x0a, 0x01, b'x'];
+    let planned = match ev.check(&table, Some(&second), None, &mut fetch).unwrap() {
+        Checked::Change(c) => c,
+        Checked::Fits(_) => panic!("expected a change"),
+    };
+    assert_eq!(
+        planned.steps[0].statement,
+        r#"CREATE TABLE IF NOT EXISTS "public"."t" ("b" text NOT NULL, "c" int4)"#
+    );
+    // The first message (a count of 0) is another schema: checked, not taken as fitting.
+    let first = [0, 0, 0, 0, 7, 0, 0x08, 0x01];
+    match ev.check(&table, Some(&first), None, &mut fetch).unwrap() {
+        Checked::Change(c) => assert_eq!(
+            c.steps[0].statement,
+            r#"CREATE TABLE IF NOT EXISTS "public"."t" ("a" int8 NOT NULL)"#
+        ),
+        Checked::Fits(_) => panic!("the first message's schema is not the second's"),
+    }
+}
+
+/// A registry record whose schema is of another kind than the topic reads is the record's
+/// error, not columns read from the wrong language.
+#[test]
+fn a_schema_of_another_kind_is_the_records_error() {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(
+        "name = \"t\"\ntable = \"t\"\nformat = \"json-schema\"\nauto_create = true",
+    ))
+    .extract()
+    .unwrap();
+    let mut ev = Evolver::for_settings(&settings).unwrap();
+    let mut fetch = |_: u32| {
+        Ok(RegisteredSchema {
+            kind: crate::registry::SchemaKind::Avro,
+            text: r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#.into(),
+        })
+    };
+    let err = ev
+        .check(
+            &missing_table(&settings, "t"),
+            Some(b"\0\0\0\0\x03{\"id\":1}"),
+            None,
+            &mut fetch,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckError::Record(m) if m.contains("Avro")),
+        "{err:?}"
+    );
 }

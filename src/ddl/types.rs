@@ -1,10 +1,16 @@
 //! The column a schema field becomes when the sink creates or adds it: one table, per schema
 //! language, of schema type (and logical type) → PostgreSQL type. README's "Created columns"
-//! table is this file; each choice is one the existing converters write losslessly.
+//! table is this file (Protobuf's and JSON Schema's in `protobuf` and `json_schema`); each choice is one the existing converters write losslessly.
 
 use serde_json::Value;
 
 use crate::schema::{ArrayOf, ColumnType};
+
+mod json_schema;
+mod protobuf;
+
+pub(crate) use json_schema::json_schema_fields;
+pub(crate) use protobuf::protobuf_fields;
 
 /// A column the schema asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,17 +103,67 @@ pub(crate) fn connect_fields(schema: &Value) -> Result<Vec<FieldColumn>, String>
 /// One Connect schema's type: its logical name first, then its base type.
 fn connect_type(field: &str, s: &Value) -> Result<Created, String> {
     let logical = s["name"].as_str().unwrap_or("");
-    Ok(match logical {
-        "org.apache.kafka.connect.data.Decimal" => {
-            let scale = s["parameters"]["scale"].as_str();
-            let precision = s["parameters"]["connect.decimal.precision"].as_str();
-            match (precision, scale) {
-                (Some(p), Some(sc)) if p.parse::<u16>().is_ok() && sc.parse::<u16>().is_ok() => {
-                    (ColumnType::Numeric, format!("numeric({p},{sc})"))
-                }
-                _ => scalar(&ColumnType::Numeric, "numeric"),
-            }
+    let decimal = decimal_parameters(&s["parameters"], None, None);
+    if let Some(created) = connect_logical(field, logical, decimal) {
+        return created;
+    }
+    Ok(match s["type"].as_str().unwrap_or("") {
+        "int8" | "int16" => scalar(&ColumnType::Int2, "int2"),
+        "int32" => scalar(&ColumnType::Int4, "int4"),
+        "int64" => scalar(&ColumnType::Int8, "int8"),
+        "float32" => scalar(&ColumnType::Float4, "float4"),
+        "float64" => scalar(&ColumnType::Float8, "float8"),
+        "boolean" => scalar(&ColumnType::Bool, "bool"),
+        "string" => scalar(&ColumnType::Text, "text"),
+        "bytes" => scalar(&ColumnType::Bytea, "bytea"),
+        "struct" | "map" => jsonb(),
+        "array" => match s["items"]["type"].as_str() {
+            Some("array" | "struct" | "map") | None => jsonb(),
+            Some(_) => array_of(connect_type(field, &s["items"])?),
+        },
+        other => {
+            return Err(format!(
+                "field {field:?} has the unknown Connect type {other:?}"
+            ))
         }
+    })
+}
+
+/// A Connect decimal's precision and scale: Connect's `parameters` (strings; the Avro
+/// converter's `connect.parameters`), else the Avro schema's own `precision`/`scale`. Both
+/// known, `numeric(p,s)`; otherwise `None`, and the column is a plain `numeric`.
+fn decimal_parameters(
+    parameters: &Value,
+    precision: Option<u64>,
+    scale: Option<u64>,
+) -> Option<(u16, u16)> {
+    let read = |key: &str, fallback: Option<u64>| -> Option<u16> {
+        match &parameters[key] {
+            Value::String(s) => s.parse().ok(),
+            Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+            _ => fallback.and_then(|n| u16::try_from(n).ok()),
+        }
+    };
+    Some((
+        read("connect.decimal.precision", precision)?,
+        read("scale", scale)?,
+    ))
+}
+
+/// Kafka Connect's and Debezium's logical types, by name: Connect JSON names them in a
+/// schema's `name`, the Avro converter in `connect.name` on the plain Avro type, and the
+/// converters read them the same way in both (`mapping::avro::plan`, `convert`). `None`: not
+/// a logical name this table knows, so the base type decides.
+fn connect_logical(
+    field: &str,
+    name: &str,
+    decimal: Option<(u16, u16)>,
+) -> Option<Result<Created, String>> {
+    Some(Ok(match name {
+        "org.apache.kafka.connect.data.Decimal" => match decimal {
+            Some((p, s)) => (ColumnType::Numeric, format!("numeric({p},{s})")),
+            None => scalar(&ColumnType::Numeric, "numeric"),
+        },
         "io.debezium.data.VariableScaleDecimal" => scalar(&ColumnType::Numeric, "numeric"),
         "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => {
             scalar(&ColumnType::Date, "date")
@@ -133,29 +189,10 @@ fn connect_type(field: &str, s: &Value) -> Result<Created, String> {
         }
         // A time with an offset: no converter is proven on Debezium's spelling of it yet.
         "io.debezium.time.ZonedTime" => {
-            return Err(unsupported(field, "a time of day with a zone"))
+            return Some(Err(unsupported(field, "a time of day with a zone")))
         }
-        _ => match s["type"].as_str().unwrap_or("") {
-            "int8" | "int16" => scalar(&ColumnType::Int2, "int2"),
-            "int32" => scalar(&ColumnType::Int4, "int4"),
-            "int64" => scalar(&ColumnType::Int8, "int8"),
-            "float32" => scalar(&ColumnType::Float4, "float4"),
-            "float64" => scalar(&ColumnType::Float8, "float8"),
-            "boolean" => scalar(&ColumnType::Bool, "bool"),
-            "string" => scalar(&ColumnType::Text, "text"),
-            "bytes" => scalar(&ColumnType::Bytea, "bytea"),
-            "struct" | "map" => jsonb(),
-            "array" => match s["items"]["type"].as_str() {
-                Some("array" | "struct" | "map") | None => jsonb(),
-                Some(_) => array_of(connect_type(field, &s["items"])?),
-            },
-            other => {
-                return Err(format!(
-                    "field {field:?} has the unknown Connect type {other:?}"
-                ))
-            }
-        },
-    })
+        _ => return None,
+    }))
 }
 
 // ---- Avro --------------------------------------------------------------------------------
@@ -222,6 +259,28 @@ fn avro_type(root: &Value, field: &str, ty: &Value, depth: usize) -> Result<Crea
             },
         });
     }
+    // Debezium's Avro converter keeps Connect's logical name in `connect.name`, which the
+    // Avro transcoder reads before the Avro logical type (`mapping::avro::plan`); so here.
+    let connect = match ty["connect.name"].as_str() {
+        Some(name) => name,
+        // The transcoder knows Debezium's decimal record by its full name too.
+        None if ty["type"] == "record"
+            && (ty["name"] == "io.debezium.data.VariableScaleDecimal"
+                || (ty["name"] == "VariableScaleDecimal"
+                    && ty["namespace"] == "io.debezium.data")) =>
+        {
+            "io.debezium.data.VariableScaleDecimal"
+        }
+        None => "",
+    };
+    let decimal = decimal_parameters(
+        &ty["connect.parameters"],
+        ty["precision"].as_u64(),
+        ty["scale"].as_u64(),
+    );
+    if let Some(created) = connect_logical(field, connect, decimal) {
+        return created;
+    }
     let logical = ty["logicalType"].as_str().unwrap_or("");
     Ok(match (logical, ty["type"].as_str().unwrap_or("")) {
         ("decimal", "bytes" | "fixed") => match (ty["precision"].as_u64(), ty["scale"].as_u64()) {
@@ -241,16 +300,6 @@ fn avro_type(root: &Value, field: &str, ty: &Value, depth: usize) -> Result<Crea
         }
         ("time-millis", "int") | ("time-micros", "long") => scalar(&ColumnType::Time, "time"),
         ("duration", "fixed") => scalar(&ColumnType::Interval, "interval"),
-        // Debezium's Avro converter names its logical types in `connect.name`.
-        (_, "long") if ty["connect.name"] == "io.debezium.time.MicroDuration" => {
-            scalar(&ColumnType::Interval, "interval")
-        }
-        (_, "string") if ty["connect.name"] == "io.debezium.time.Interval" => {
-            scalar(&ColumnType::Interval, "interval")
-        }
-        (_, "long") if ty["connect.name"] == "io.debezium.time.MicroTime" => {
-            scalar(&ColumnType::Time, "time")
-        }
         ("time-millis" | "time-micros" | "duration", _) => {
             return Err(unsupported(
                 field,
@@ -405,6 +454,69 @@ mod tests {
 
         let zoned = r#"{"type":"struct","fields":[{"field":"at","type":"string","name":"io.debezium.time.ZonedTime"}]}"#;
         let err = connect_fields(&serde_json::from_str(zoned).unwrap()).unwrap_err();
+        assert!(
+            err.contains("\"at\"") && err.contains("time of day with a zone"),
+            "{err}"
+        );
+    }
+
+    /// Debezium's Avro converter names Connect's logical types in `connect.name`: each becomes
+    /// the column its Connect spelling does (one table for both), with a decimal's precision
+    /// from `connect.parameters`; a zoned time is refused there too.
+    #[test]
+    fn debezium_avro_connect_names_become_the_connect_columns() {
+        let root: Value = serde_json::from_str(
+            r#"{"type":"record","name":"Value","namespace":"pg.public.t","fields":[
+            {"name":"a","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.Timestamp"}},
+            {"name":"b","type":{"type":"long","connect.name":"io.debezium.time.MicroTimestamp"}},
+            {"name":"c","type":{"type":"long","connect.name":"io.debezium.time.NanoTimestamp"}},
+            {"name":"d","type":["null",{"type":"string","connect.name":"io.debezium.time.ZonedTimestamp"}]},
+            {"name":"e","type":{"type":"int","connect.name":"io.debezium.time.Date"}},
+            {"name":"f","type":{"type":"int","connect.name":"io.debezium.time.Time"}},
+            {"name":"g","type":{"type":"long","connect.name":"io.debezium.time.MicroTime"}},
+            {"name":"h","type":{"type":"long","connect.name":"io.debezium.time.NanoTime"}},
+            {"name":"i","type":{"type":"string","connect.name":"io.debezium.data.Json"}},
+            {"name":"j","type":{"type":"string","connect.name":"io.debezium.data.Uuid"}},
+            {"name":"k","type":{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data","fields":[{"name":"scale","type":"int"},{"name":"value","type":"bytes"}],"connect.name":"io.debezium.data.VariableScaleDecimal"}},
+            {"name":"l","type":["null","io.debezium.data.VariableScaleDecimal"]},
+            {"name":"m","type":{"type":"bytes","connect.parameters":{"scale":"2","connect.decimal.precision":"10"},"connect.name":"org.apache.kafka.connect.data.Decimal"}},
+            {"name":"n","type":{"type":"bytes","connect.parameters":{"scale":"3"},"connect.name":"org.apache.kafka.connect.data.Decimal"}},
+            {"name":"o","type":{"type":"bytes","scale":2,"precision":9,"logicalType":"decimal","connect.parameters":{"scale":"2","connect.decimal.precision":"9"},"connect.name":"org.apache.kafka.connect.data.Decimal"}},
+            {"name":"p","type":{"type":"int","connect.name":"org.apache.kafka.connect.data.Date","logicalType":"date"}},
+            {"name":"q","type":{"type":"long","connect.name":"org.apache.kafka.connect.data.Timestamp","logicalType":"timestamp-millis"}}]}"#,
+        )
+        .unwrap();
+        let got = avro_fields(&root, &root).unwrap();
+        let sql: Vec<&str> = got.iter().map(|c| c.sql.as_str()).collect();
+        assert_eq!(
+            sql,
+            [
+                "timestamp",
+                "timestamp",
+                "timestamp",
+                "timestamptz",
+                "date",
+                "time",
+                "time",
+                "time",
+                "jsonb",
+                "uuid",
+                "numeric",
+                "numeric",
+                "numeric(10,2)",
+                "numeric",
+                "numeric(9,2)",
+                "date",
+                "timestamptz"
+            ]
+        );
+        assert!(got[3].optional && got[11].optional && !got[1].optional);
+        assert_eq!(got[1].ty, ColumnType::Timestamp);
+        let zoned: Value = serde_json::from_str(
+            r#"{"type":"record","name":"R","fields":[{"name":"at","type":{"type":"string","connect.name":"io.debezium.time.ZonedTime"}}]}"#,
+        )
+        .unwrap();
+        let err = avro_fields(&zoned, &zoned).unwrap_err();
         assert!(
             err.contains("\"at\"") && err.contains("time of day with a zone"),
             "{err}"

@@ -1,7 +1,7 @@
 //! Protobuf records (Confluent's wire format) into JSON text, so they map like JSON records.
 //!
-//! The registry hands out `.proto` source, not descriptors, so the schema is compiled here at
-//! run time (protox, which also supplies the `google/protobuf/*.proto` well-known types).
+//! The registry hands out `.proto` source, not descriptors, so the schema is compiled at
+//! run time (`crate::proto`: protox, which also supplies the `google/protobuf/*.proto` well-known types).
 //! Each message a record names is compiled once more into a program (`program`) that reads
 //! the wire format straight into JSON text (`decode`); prost-reflect's `DynamicMessage` and
 //! its serializer are the reference that program was written to equal, and decode what it
@@ -30,9 +30,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
-use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 use super::transcode::Transcoder;
+use crate::proto::{self, message_indexes, MAX_INDEXES};
 
 mod decode;
 #[cfg(test)]
@@ -42,13 +42,6 @@ mod wire;
 mod write;
 
 use program::Program;
-
-/// The name the registered schema is compiled under (the registry gives it none).
-const SCHEMA_FILE: &str = "registered.proto";
-
-/// The deepest message-index array taken: one level per nesting of message declarations, so
-/// a longer array is a corrupt payload, not a schema (and the array stays on the stack).
-const MAX_INDEXES: usize = 32;
 
 /// A `.proto` schema compiled for decoding its records.
 pub(crate) struct ProtobufTranscoder {
@@ -77,23 +70,7 @@ fn serialize_options() -> SerializeOptions {
 impl ProtobufTranscoder {
     /// Compiles the registered `.proto` text; its errors say where in the text it is wrong.
     pub(crate) fn new(proto_source: &str) -> Result<Self, String> {
-        let mut resolver = ChainFileResolver::new();
-        resolver.add(Registered(proto_source.to_owned()));
-        resolver.add(GoogleFileResolver::new());
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler.open_file(SCHEMA_FILE).map_err(|e| {
-            format!(
-                "the .proto schema does not compile: {}",
-                describe(&e, proto_source)
-            )
-        })?;
-        let file = compiler
-            .descriptor_pool()
-            .get_file_by_name(SCHEMA_FILE)
-            .ok_or("the .proto schema compiled to no file")?;
-        if file.messages().len() == 0 {
-            return Err("the .proto schema declares no message".into());
-        }
+        let file = proto::compile(proto_source)?;
         Ok(Self {
             file,
             resolved: RwLock::new(HashMap::new()),
@@ -147,26 +124,7 @@ impl ProtobufTranscoder {
     /// the previous message's nested messages, in declaration order (as the descriptor lists
     /// them, which counts the entry message protoc makes for each `map` field).
     fn resolve(&self, path: &[u32]) -> Result<MessageDescriptor, String> {
-        let (&first, rest) = path
-            .split_first()
-            .ok_or("the message-index array is empty")?;
-        let top = self.file.messages().len();
-        let mut message = self.file.messages().nth(first as usize).ok_or_else(|| {
-            format!(
-                "message index {path:?} names no message: the schema has {top} top-level messages"
-            )
-        })?;
-        for &i in rest {
-            let nested = message.child_messages().len();
-            let next = message.child_messages().nth(i as usize).ok_or_else(|| {
-                format!(
-                    "message index {path:?} names no message: {} has {nested} nested messages",
-                    message.full_name()
-                )
-            })?;
-            message = next;
-        }
-        Ok(message)
+        proto::resolve(&self.file, path)
     }
 }
 
@@ -286,93 +244,6 @@ impl ProtobufTranscoder {
             .map_err(|_| decode::Failure::Bad("index"))?;
         let program = &found.program;
         program.run(program.root, body, 0, &mut Vec::new(), out)
-    }
-}
-
-/// Reads the message-index array at the start of `payload` into `indexes`: its length and the
-/// message bytes after it. A zigzag varint count, then that many zigzag varint indexes; a
-/// count of 0 (the single byte 0) stands for `[0]`, the first message.
-fn message_indexes<'p>(
-    payload: &'p [u8],
-    indexes: &mut [u32; MAX_INDEXES],
-) -> Result<(usize, &'p [u8]), String> {
-    let mut rest = payload;
-    let count = zigzag_varint(&mut rest, "count")?;
-    let count = u32::try_from(count)
-        .map_err(|_| format!("the message-index array has a negative count ({count})"))?
-        as usize;
-    if count == 0 {
-        return Ok((1, rest)); // `indexes` starts zeroed: [0]
-    }
-    if count > MAX_INDEXES {
-        return Err(format!(
-            "the message-index array claims {count} entries; more than {MAX_INDEXES} levels of nested messages are not taken"
-        ));
-    }
-    for slot in indexes.iter_mut().take(count) {
-        let index = zigzag_varint(&mut rest, "index")?;
-        *slot = u32::try_from(index)
-            .map_err(|_| format!("the message-index array has a negative index ({index})"))?;
-    }
-    Ok((count, rest))
-}
-
-/// One zigzag varint of at most 32 bits (Java's `ByteUtils.readVarint`, as Confluent's
-/// serializer writes them), consumed from the front of `rest`.
-fn zigzag_varint(rest: &mut &[u8], what: &str) -> Result<i32, String> {
-    let mut value: u32 = 0;
-    for (i, &byte) in rest.iter().enumerate().take(5) {
-        if i == 4 && byte > 0x0f {
-            break; // bits past 32
-        }
-        value |= u32::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *rest = &rest[i + 1..];
-            return Ok(((value >> 1) as i32) ^ -((value & 1) as i32));
-        }
-    }
-    if rest.len() < 5 && rest.iter().all(|b| b & 0x80 != 0) {
-        Err(format!(
-            "the payload ends inside the message-index array (its {what})"
-        ))
-    } else {
-        Err(format!(
-            "the message-index array's {what} is not a 32-bit varint"
-        ))
-    }
-}
-
-/// protox's message, with the line and column in `source` that its first label points at
-/// (the registry's schema text is all an operator has to go on).
-fn describe(e: &protox::Error, source: &str) -> String {
-    use miette::Diagnostic as _;
-    let at = e
-        .labels()
-        .and_then(|mut labels| labels.next())
-        .map(|label| label.offset())
-        .filter(|&offset| offset <= source.len() && source.is_char_boundary(offset));
-    match at {
-        Some(offset) => {
-            let before = &source[..offset];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {e}")
-        }
-        None => e.to_string(),
-    }
-}
-
-/// The registered schema as the one source file the compiler reads; every other name goes on
-/// down the chain (the well-known types) or is not found.
-struct Registered(String);
-
-impl FileResolver for Registered {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == SCHEMA_FILE {
-            File::from_source(name, &self.0)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
     }
 }
 

@@ -10,6 +10,7 @@ mod claims;
 mod cli;
 mod crash;
 mod ddl;
+mod ddl_formats;
 mod dead_letters;
 mod delivery;
 mod deploy;
