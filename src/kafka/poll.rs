@@ -79,7 +79,7 @@ pub fn run(
                 t.saturating_duration_since(now).min(MAX_POLL_WAIT)
             })
         };
-        let shared = match serve_shared(&consumer, &ctx) {
+        let shared = match serve_shared(&consumer, &ctx, &shutdown) {
             Ok(served) => served,
             Err(Stop(f)) => {
                 fatal = f;
@@ -89,6 +89,11 @@ pub fn run(
         let round = {
             let mut queues = ctx.queues();
             turns.round(queues.all_mut(), |(_, queue)| {
+                // As before every record: a stop takes nothing more, not even the rest of
+                // a turn (the consumer thread may just come back from waiting for a writer).
+                if shutdown.is_triggered() {
+                    return Took::Stop;
+                }
                 match queue.poll(Duration::ZERO) {
                     None => Took::Empty,
                     Some(item) => match deliver(&consumer, &ctx, item) {
@@ -129,9 +134,16 @@ pub fn run(
 
 /// Serves the shared queue without waiting: events (their callbacks), errors, and the records
 /// of any partition that has no queue of its own. Returns how many things it served.
-fn serve_shared(consumer: &BaseConsumer<SinkContext>, ctx: &SinkContext) -> Result<usize, Stop> {
+fn serve_shared(
+    consumer: &BaseConsumer<SinkContext>,
+    ctx: &SinkContext,
+    shutdown: &Shutdown,
+) -> Result<usize, Stop> {
     let mut served = 0;
     for _ in 0..SHARED_POLLS_PER_ROUND {
+        if shutdown.is_triggered() {
+            break;
+        }
         let _ = ctx.take_served_event();
         match consumer.poll(Duration::ZERO) {
             Some(item) => deliver(consumer, ctx, item)?,
