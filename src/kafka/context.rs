@@ -5,6 +5,7 @@
 //! assign races the fetcher (spurious resets, "Erroneous state"), so start positions are only
 //! ever given here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::queues::PartitionQueues;
 use crate::health::Health;
 use crate::offsets::TopicPartition;
 use crate::pipeline::{PartitionControl, Pipeline, SeekFailure};
@@ -22,6 +24,12 @@ use crate::watermarks::Watermarks;
 /// The consumer's context: owns the pipeline so the callback and the poll loop share it.
 pub struct SinkContext {
     pub pipeline: Mutex<Pipeline>,
+    /// The assigned partitions' own queues: split in the rebalance callback, served in turn
+    /// by the poll loop (`turns`).
+    queues: Mutex<PartitionQueues>,
+    /// Set by every callback the shared queue's events run, so the poll loop can tell "served
+    /// an event" from "empty" (rdkafka's `poll` answers `None` to both).
+    served_event: AtomicBool,
     shutdown: Shutdown,
     watermarks: Arc<Watermarks>,
     health: Arc<Health>,
@@ -38,10 +46,23 @@ impl SinkContext {
     ) -> Self {
         Self {
             pipeline: Mutex::new(pipeline),
+            queues: Mutex::new(PartitionQueues::default()),
+            served_event: AtomicBool::new(false),
             shutdown,
             watermarks,
             health,
         }
+    }
+
+    /// The partitions' queues. Taken by the poll loop for a round and by the rebalance
+    /// callback, which runs inside the shared queue's poll: never while a round holds it.
+    pub(crate) fn queues(&self) -> std::sync::MutexGuard<'_, PartitionQueues> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an event callback ran since the last call (and forgets it).
+    pub(crate) fn take_served_event(&self) -> bool {
+        self.served_event.swap(false, Ordering::Relaxed)
     }
 
     /// For the poll loop: how long authentication with the brokers has been failing.
@@ -93,6 +114,7 @@ impl ClientContext for SinkContext {
     /// librdkafka's statistics carry each fetched partition's watermarks and the brokers'
     /// states: lag and readiness without extra requests.
     fn stats(&self, statistics: rdkafka::statistics::Statistics) {
+        self.served_event.store(true, Ordering::Relaxed);
         self.watermarks.observe(&statistics, &self.health);
     }
 }
@@ -130,6 +152,7 @@ impl ConsumerContext for SinkContext {
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
+        self.served_event.store(true, Ordering::Relaxed);
         // Cooperative-sticky and the KIP-848 `consumer` protocol both report cooperative and
         // hand over deltas; plain assign fails there.
         let cooperative = matches!(
@@ -147,6 +170,11 @@ impl ConsumerContext for SinkContext {
                     "assigned"
                 );
                 let assignment = to_tpl(starts.iter().map(|(tp, o)| (tp, Some(*o))));
+                // Before the assign, so no record of these partitions reaches the shared
+                // queue (`queues`).
+                let assigned: Vec<TopicPartition> =
+                    starts.iter().map(|(tp, _)| tp.clone()).collect();
+                self.queues().split(&assigned);
                 // Exactly one assign call, even when the list is empty.
                 let result = if cooperative {
                     consumer.incremental_assign(&assignment)
@@ -177,14 +205,25 @@ impl ConsumerContext for SinkContext {
                 if let Err(e) = result {
                     tracing::error!(error = %e, "unassign failed");
                 }
+                self.queues().remove(&tps);
             }
             other => {
                 tracing::error!(error = ?other, "rebalance error: giving up every partition");
                 let owned = self.pipeline().owned();
                 self.pipeline().on_revoke(&owned);
                 let _ = consumer.unassign();
+                self.queues().clear();
             }
         }
+    }
+
+    /// Commit results (`kafka.mirror_commits`) are events on the shared queue like the others.
+    fn commit_callback(
+        &self,
+        _result: rdkafka::error::KafkaResult<()>,
+        _offsets: &TopicPartitionList,
+    ) {
+        self.served_event.store(true, Ordering::Relaxed);
     }
 }
 

@@ -5,3 +5,5 @@
 pub mod clients;
 pub(crate) mod context;
 pub(crate) mod poll;
+pub(crate) mod queues;
+pub(crate) mod turns;

@@ -2,20 +2,37 @@
 //!
 //! Rebalance callbacks run inside `poll` on this thread and block on PostgreSQL, which would
 //! stall (or panic) a tokio worker; a plain thread with a runtime handle is the safe place.
+//!
+//! Each assigned partition has its own queue (`queues`), and every round of the loop gives each
+//! a turn of a bounded number of records (`turns`), so a backlog drains every partition
+//! together; the shared queue is still polled each round for rebalances, errors, statistics
+//! and commit results. When nothing is ready anywhere the thread parks until a queue turns
+//! non-empty (each queue's callback unparks it) or the next batch is due.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::context::SinkContext;
+use super::turns::{Took, Turns, RECORDS_PER_TURN};
 use crate::offsets::TopicPartition;
 use crate::pipeline::Fatal;
 use crate::record::RecordView;
 use crate::shutdown::Shutdown;
 
-/// The longest the loop sleeps in `poll`; bounds how late a due batch is sealed.
+/// The longest the loop parks; bounds how late a due batch is sealed.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// How many events of the shared queue one round serves at most: a few, so a burst of commit
+/// results cannot starve the partitions' turns, and more than the one `poll` returns, so
+/// events do not wait for the next round.
+const SHARED_POLLS_PER_ROUND: usize = 8;
+
+/// Why the loop stops taking records.
+struct Stop(Option<Fatal>);
 
 /// Polls until shutdown or a fatal error, then commits what is complete and leaves the group.
 pub fn run(
@@ -24,12 +41,22 @@ pub fn run(
     shutdown: Shutdown,
     auth_failure_timeout: Duration,
 ) -> Result<(), Fatal> {
+    let mut consumer = consumer;
+    let this_thread = std::thread::current();
+    let waker = this_thread.clone();
+    // Runs on a librdkafka thread when the shared queue turns non-empty: a rebalance or an
+    // error must not wait for the park to time out.
+    consumer.set_nonempty_callback(move || waker.unpark());
+    // An `Arc` because a partition's queue holds its consumer.
+    let consumer = Arc::new(consumer);
+    let ctx = consumer.context().clone();
+    ctx.queues().bind(&consumer, this_thread);
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topic_refs)
         .map_err(|e| Fatal::Other(format!("cannot subscribe to {topics:?}: {e}")))?;
     tracing::info!(?topics, "subscribed");
-    let ctx = consumer.context().clone();
+    let mut turns = Turns::new(RECORDS_PER_TURN);
     let mut fatal = None;
     while !shutdown.is_triggered() {
         let now = Instant::now();
@@ -44,7 +71,7 @@ pub fn run(
         }
         let wait = {
             let mut pipeline = ctx.pipeline();
-            let next = pipeline.on_tick(&consumer, now);
+            let next = pipeline.on_tick(&*consumer, now);
             if pipeline.has_fatal() {
                 break;
             }
@@ -52,49 +79,40 @@ pub fn run(
                 t.saturating_duration_since(now).min(MAX_POLL_WAIT)
             })
         };
-        match consumer.poll(wait) {
-            None => {}
-            Some(Ok(message)) => {
-                let mut pipeline = ctx.pipeline();
-                let headers = match message.headers() {
-                    Some(h) if pipeline.needs_headers(message.topic()) => {
-                        match crate::headers::read(h) {
-                            Ok(headers) => headers,
-                            Err(e) => {
-                                // Never a record with headers missing: stop at it, as at any
-                                // record that cannot be written.
-                                fatal = Some(Fatal::Mapping {
-                                    tp: TopicPartition::new(message.topic(), message.partition()),
-                                    offset: message.offset(),
-                                    reason: e,
-                                });
-                                break;
-                            }
+        let shared = match serve_shared(&consumer, &ctx, &shutdown) {
+            Ok(served) => served,
+            Err(Stop(f)) => {
+                fatal = f;
+                break;
+            }
+        };
+        let round = {
+            let mut queues = ctx.queues();
+            turns.round(queues.all_mut(), |(_, queue)| {
+                // As before every record: a stop takes nothing more, not even the rest of
+                // a turn (the consumer thread may just come back from waiting for a writer).
+                if shutdown.is_triggered() {
+                    return Took::Stop;
+                }
+                match queue.poll(Duration::ZERO) {
+                    None => Took::Empty,
+                    Some(item) => match deliver(&consumer, &ctx, item) {
+                        Ok(()) => Took::Item,
+                        Err(Stop(f)) => {
+                            fatal = f;
+                            Took::Stop
                         }
-                    }
-                    _ => Vec::new(),
-                };
-                let record = RecordView {
-                    topic: message.topic(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                    timestamp: message.timestamp().to_millis(),
-                    key: message.key(),
-                    value: message.payload(),
-                    headers: &headers,
-                };
-                pipeline.on_record(&record);
-                if pipeline.has_fatal() {
-                    break;
+                    },
                 }
-            }
-            Some(Err(e)) => {
-                let mut pipeline = ctx.pipeline();
-                pipeline.on_consumer_error(&consumer, &e);
-                if pipeline.has_fatal() {
-                    break;
-                }
-            }
+            })
+        };
+        if round.stopped {
+            break;
+        }
+        if shared == 0 && round.idle() {
+            // Every queue was empty when polled, and each unparks this thread when it turns
+            // non-empty: an unpark since then makes this return at once.
+            std::thread::park_timeout(wait);
         }
     }
     let fatal = {
@@ -102,6 +120,8 @@ pub fn run(
         pipeline.drain();
         pipeline.take_fatal().or(fatal)
     };
+    // The queues hold the consumer: without them it is dropped below, and leaves the group.
+    ctx.queues().clear();
     // Leaving the group runs the revoke callback; nothing is left to commit by then.
     consumer.unsubscribe();
     drop(consumer);
@@ -110,4 +130,72 @@ pub fn run(
         Some(f) => Err(f),
         None => Ok(()),
     }
+}
+
+/// Serves the shared queue without waiting: events (their callbacks), errors, and the records
+/// of any partition that has no queue of its own. Returns how many things it served.
+fn serve_shared(
+    consumer: &BaseConsumer<SinkContext>,
+    ctx: &SinkContext,
+    shutdown: &Shutdown,
+) -> Result<usize, Stop> {
+    let mut served = 0;
+    for _ in 0..SHARED_POLLS_PER_ROUND {
+        if shutdown.is_triggered() {
+            break;
+        }
+        let _ = ctx.take_served_event();
+        match consumer.poll(Duration::ZERO) {
+            Some(item) => deliver(consumer, ctx, item)?,
+            None if ctx.take_served_event() => {}
+            None => break,
+        }
+        served += 1;
+    }
+    Ok(served)
+}
+
+/// Hands a record (or a consumer error) from either kind of queue to the pipeline.
+fn deliver(
+    consumer: &BaseConsumer<SinkContext>,
+    ctx: &SinkContext,
+    item: KafkaResult<BorrowedMessage<'_>>,
+) -> Result<(), Stop> {
+    let mut pipeline = ctx.pipeline();
+    match item {
+        Ok(message) => {
+            let headers = match message.headers() {
+                Some(h) if pipeline.needs_headers(message.topic()) => {
+                    match crate::headers::read(h) {
+                        Ok(headers) => headers,
+                        Err(e) => {
+                            // Never a record with headers missing: stop at it, as at any
+                            // record that cannot be written.
+                            return Err(Stop(Some(Fatal::Mapping {
+                                tp: TopicPartition::new(message.topic(), message.partition()),
+                                offset: message.offset(),
+                                reason: e,
+                            })));
+                        }
+                    }
+                }
+                _ => Vec::new(),
+            };
+            let record = RecordView {
+                topic: message.topic(),
+                partition: message.partition(),
+                offset: message.offset(),
+                timestamp: message.timestamp().to_millis(),
+                key: message.key(),
+                value: message.payload(),
+                headers: &headers,
+            };
+            pipeline.on_record(&record);
+        }
+        Err(e) => pipeline.on_consumer_error(consumer, &e),
+    }
+    if pipeline.has_fatal() {
+        return Err(Stop(None));
+    }
+    Ok(())
 }

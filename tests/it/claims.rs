@@ -333,6 +333,8 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("`check` prints the routing and the mapping of every listed table", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once"]),
     ("| `routing` | routing by record", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once", "src/record_routing.rs::a_header_names_a_listed_table_and_anything_else_is_refused", "src/record_routing.rs::a_field_names_a_table_matching_the_whole_pattern"]),
     ("Each table has its own mapping, built once", &["src/pipeline/route.rs::each_table_is_described_once_and_only_when_allowed", "routing::a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once"]),
+    ("a backlog drains all assigned partitions together: their stored positions advance in step, the furthest at most twice the least", &["fairness::a_backlog_on_eight_partitions_drains_them_in_step", "src/pipeline/tests.rs::partitions_served_in_turns_commit_in_step_and_each_record_once", "src/kafka/turns.rs::every_partition_advances_by_at_most_a_turn_before_the_others_do"]),
+    ("so none of its records can reach the shared queue and none is reordered", &["fairness::a_backlog_on_eight_partitions_drains_them_in_step", "src/kafka/turns.rs::each_partitions_records_keep_their_order_and_none_is_lost_or_repeated"]),
 ];
 
 /// Where a test named in `CLAIMS` lives, and whether a function of that name is there.

@@ -43,11 +43,9 @@ fn worst_ratio(samples: &[Vec<i64>]) -> (f64, Option<Vec<i64>>) {
 /// while it drains, the partition furthest ahead has advanced at most twice as far as the one
 /// furthest behind. Then every order is a row exactly once, every column as produced.
 ///
-/// Ignored: it fails today (a partition at 11,000 while five are at 0; README, "Performance"),
-/// and the fetch-size change that made it pass (64 KiB) made long drains less fair and slower
-/// in the benchmark. Run it with `--ignored` against a fix that serves partitions in turn.
+/// Before each partition had its own queue served in turn, this failed: librdkafka's shared
+/// queue was served chunk by chunk, a partition at 11,000 while five were at 0.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "fails until the sink serves partitions in turn (README, Performance)"]
 async fn a_backlog_on_eight_partitions_drains_them_in_step() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
