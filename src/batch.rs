@@ -672,6 +672,9 @@ mod tests {
             .contains("ON CONFLICT (\"id\") DO UPDATE SET \"note\" = EXCLUDED.\"note\""));
         // A new key whose records never carried `note` gets its default.
         assert!(varied.writes[0].statements[0].contains("ELSE ('default') END"));
+        // Only keys with several rows are folded; a key's single row is merged as it is.
+        assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n > 1"));
+        assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n = 1"));
     }
 
     /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a

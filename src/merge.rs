@@ -159,6 +159,13 @@ impl Merge<'_> {
     /// carried the column. Existing rows are updated in those columns only; new keys are
     /// inserted with the column's default where no row carried it — one statement, so the
     /// update's keys are known to the insert.
+    ///
+    /// Most keys have one row in a batch, and such a row needs no fold: its mask says which
+    /// of its columns to set. Only keys with several rows are folded (per column, an
+    /// aggregate over the rows that carried it), so a batch of distinct keys costs a count
+    /// per key instead of a sorted aggregate per key and column. The count's `GROUP BY` also
+    /// keeps the planner's estimate of the merged rows small, so the update probes the key's
+    /// index row by row (as `ON CONFLICT` does) instead of scanning the whole table.
     fn column_by_column(&self) -> String {
         let ord = quote_ident(ORDINAL);
         let mask = quote_ident(MASK);
@@ -166,12 +173,15 @@ impl Merge<'_> {
         let values: Vec<u16> = (0..self.table.columns.len() as u16)
             .filter(|c| !self.keys.contains(c) && self.presence.carried_by_any(*c))
             .collect();
-        let mut folded = key_names
-            .iter()
-            .map(|k| format!("u.{k}"))
-            .collect::<Vec<_>>();
+        let u_keys: Vec<String> = key_names.iter().map(|k| format!("u.{k}")).collect();
+        // A key seen once: its row as it is, with a flag per column from its mask.
+        let mut single = u_keys.clone();
+        // A key seen more than once: per column, the last of its rows that carried it.
+        let mut folded = u_keys.clone();
         for &c in &values {
             let carried = format!("get_bit(u.{mask}, {c}) = 1");
+            single.push(format!("{carried} AS p{c}"));
+            single.push(format!("u.{} AS v{c}", self.name(c)));
             folded.push(format!("bool_or({carried}) AS p{c}"));
             // An array column's values cannot be gathered into an array of arrays of
             // different lengths: its rows are gathered whole, as the staging row type.
@@ -214,7 +224,7 @@ impl Merge<'_> {
         let update = if sets.is_empty() {
             // Key-only rows: nothing to update, but the keys that exist must not be inserted.
             format!(
-                "SELECT {t_keys} FROM {target} t JOIN f ON {t_f}",
+                "SELECT {t_keys} FROM {target} t JOIN s f ON {t_f}",
                 t_keys = key_names
                     .iter()
                     .map(|k| format!("t.{k}"))
@@ -225,7 +235,7 @@ impl Merge<'_> {
             )
         } else {
             format!(
-                "UPDATE {target} t SET {sets} FROM f WHERE {t_f} RETURNING {t_keys}",
+                "UPDATE {target} t SET {sets} FROM s f WHERE {t_f} RETURNING {t_keys}",
                 target = self.table.qualified(),
                 sets = sets.join(", "),
                 t_f = self.key_match("t", "f"),
@@ -236,19 +246,27 @@ impl Merge<'_> {
                     .join(", "),
             )
         };
+        let kept = self.not_superseded("u");
+        // `__kps_o`, the last ordinal of a key's rows, names its row when it has only one:
+        // ordinals are unique in a staging table (it is emptied after each write). The
+        // prefix keeps the count's columns apart from key columns.
         format!(
-            "WITH f AS (SELECT {folded} FROM {ups} u{superseded} GROUP BY {u_keys}), \
+            "WITH g AS (SELECT {u_keys}, count(*) AS __kps_n, max(u.{ord}) AS __kps_o FROM {ups} u{where_kept} \
+             GROUP BY {u_keys}), \
+             r AS (SELECT {folded} FROM {ups} u JOIN g ON {g_u} WHERE g.__kps_n > 1{and_kept} \
+             GROUP BY {u_keys}), \
+             s AS (SELECT {single} FROM {ups} u JOIN g ON g.__kps_o = u.{ord} WHERE g.__kps_n = 1 \
+             UNION ALL SELECT * FROM r), \
              updated AS ({update}) \
-             INSERT INTO {target} ({inserted}) SELECT {inserts} FROM f \
+             INSERT INTO {target} ({inserted}) SELECT {inserts} FROM s f \
              WHERE NOT EXISTS (SELECT 1 FROM updated WHERE {updated_f})",
-            folded = folded.join(", "),
+            u_keys = u_keys.join(", "),
             ups = self.upserts,
-            superseded = self.superseded("u"),
-            u_keys = key_names
-                .iter()
-                .map(|k| format!("u.{k}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            where_kept = kept.as_ref().map_or(String::new(), |k| format!(" WHERE {k}")),
+            and_kept = kept.as_ref().map_or(String::new(), |k| format!(" AND {k}")),
+            folded = folded.join(", "),
+            g_u = self.key_match("g", "u"),
+            single = single.join(", "),
             target = self.table.qualified(),
             inserted = inserted.join(", "),
             inserts = inserts.join(", "),
@@ -259,15 +277,21 @@ impl Merge<'_> {
     /// A staged row followed by a delete of its key in the same batch is not merged.
     /// (A soft delete supersedes nothing: the row and its columns stay.)
     fn superseded(&self, alias: &str) -> String {
+        self.not_superseded(alias)
+            .map_or(String::new(), |kept| format!(" WHERE {kept}"))
+    }
+
+    /// The condition that keeps `alias`'s rows no delete supersedes, if any can.
+    fn not_superseded(&self, alias: &str) -> Option<String> {
         if !self.has_deletes || self.soft_delete.is_some() {
-            return String::new();
+            return None;
         }
-        format!(
-            " WHERE NOT EXISTS (SELECT 1 FROM {del} d WHERE {a_d} AND d.{ord} > {alias}.{ord})",
+        Some(format!(
+            "NOT EXISTS (SELECT 1 FROM {del} d WHERE {a_d} AND d.{ord} > {alias}.{ord})",
             del = self.deletes,
             a_d = self.key_match(alias, "d"),
             ord = quote_ident(ORDINAL),
-        )
+        ))
     }
 
     fn key_names(&self) -> Vec<String> {

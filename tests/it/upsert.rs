@@ -419,3 +419,130 @@ async fn sparse_upserts_and_deletes_keep_exactly_what_each_record_carried() {
     );
     assert!(sink.stop().success());
 }
+
+/// What a row of `mixed` holds, as text: `a`, `b`, `label`, `tags`, `doc`.
+type MixedRow = [Option<String>; 5];
+
+/// Batches where most keys have one record and a few hot keys have many, with deletes among
+/// both: a cold key's record updates its row, is superseded by a delete after it, or follows
+/// a delete of its row (a fresh row with defaults, one of them an expression); hot keys are
+/// folded. Every column of every row is what replaying the records in order gives, whichever
+/// way its key's records were merged.
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_seen_once_and_repeated_keys_in_one_batch_each_keep_what_their_records_carried() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE mixed (id int PRIMARY KEY, a text, b bigint DEFAULT 7,
+                                 label text DEFAULT ('n-' || (6 * 7)::text), tags text[],
+                                 doc jsonb)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    const RECORDS: u64 = 2_400;
+    // Cold keys come back every COLD records, more than a batch holds: once per batch.
+    const COLD: u64 = 600;
+    const HOT: u64 = 8;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let columns = ["a", "b", "label", "tags", "doc"];
+    let defaults: MixedRow = [None, Some("7".into()), Some("n-42".into()), None, None];
+    let mut expected: BTreeMap<u64, MixedRow> = BTreeMap::new();
+    let mut records = Vec::new();
+    let delete = |key: u64| RawRecord {
+        key: Some(key.to_string().into_bytes()),
+        ..Default::default()
+    };
+    for i in 0..RECORDS {
+        let hot = i % 4 == 0;
+        let key = if hot { next() % HOT } else { 1_000 + i % COLD };
+        // Deletes: of a hot key; of a cold key whose record comes 3 later (a fresh row in
+        // the same batch); of one whose record came 3 before (superseded in its batch).
+        let deleted = match (hot, i % 23) {
+            (true, _) if next() % 8 == 0 => Some(key),
+            (false, 5) => Some(1_000 + (i + 3) % COLD),
+            (false, 11) => Some(1_000 + (i + COLD - 3) % COLD),
+            _ => None,
+        };
+        if let Some(gone) = deleted {
+            expected.remove(&gone);
+            records.push(delete(gone));
+            if hot {
+                continue;
+            }
+        }
+        let fields = [
+            (format!(r#""a{i}""#), format!("a{i}")),
+            (format!("{i}"), format!("{i}")),
+            (format!(r#""l{i}""#), format!("l{i}")),
+            (format!(r#"["t{i}", null]"#), format!("{{t{i},NULL}}")),
+            (format!(r#"{{"i": {i}}}"#), format!(r#"{{"i": {i}}}"#)),
+        ];
+        let row = expected.entry(key).or_insert_with(|| defaults.clone());
+        let mut json = vec![format!(r#""id":{key}"#)];
+        for (c, (value, text)) in fields.into_iter().enumerate() {
+            match sparse_field(next(), value) {
+                Some(Some(value)) => {
+                    json.push(format!(r#""{}":{value}"#, columns[c]));
+                    row[c] = Some(text);
+                }
+                Some(None) => {
+                    json.push(format!(r#""{}":null"#, columns[c]));
+                    row[c] = None;
+                }
+                None => {}
+            }
+        }
+        records.push(RawRecord {
+            key: Some(key.to_string().into_bytes()),
+            ..RawRecord::json(0, &format!("{{{}}}", json.join(",")))
+        });
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "mixed");
+    config.max_records = 500;
+    config.metadata = String::new();
+    config.topic_settings =
+        "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
+    let mut sink = Sink::start(&config, "sink");
+    let address = sink.http_address();
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+
+    type Read = (
+        i32,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let rows: Vec<Read> = sqlx::query_as(
+        "SELECT id, a, b::text, label, tags::text, doc::text FROM mixed ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let actual: BTreeMap<u64, MixedRow> = rows
+        .into_iter()
+        .map(|(id, a, b, label, tags, doc)| (id as u64, [a, b, label, tags, doc]))
+        .collect();
+    assert_eq!(actual.len(), expected.len());
+    for (key, want) in &expected {
+        assert_eq!(actual.get(key), Some(want), "key {key}");
+    }
+    let batches = metric(
+        &parse_metrics(&get(&address, "/metrics").1),
+        "kafka_pg_sink_batches_committed_total",
+    );
+    assert!(
+        batches > 0.0 && batches * 100.0 < RECORDS as f64,
+        "{RECORDS} records in batches of up to 500: {batches} transactions"
+    );
+    assert!(sink.stop().success());
+}
