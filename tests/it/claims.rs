@@ -333,6 +333,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("`check` prints the routing and the mapping of every listed table", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once"]),
     ("| `routing` | routing by record", &["routing::routing_to_three_tables_by_header_from_one_topic_exactly_once", "src/record_routing.rs::a_header_names_a_listed_table_and_anything_else_is_refused", "src/record_routing.rs::a_field_names_a_table_matching_the_whole_pattern"]),
     ("Each table has its own mapping, built once", &["src/pipeline/route.rs::each_table_is_described_once_and_only_when_allowed", "routing::a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once"]),
+    ("digits past microseconds are dropped toward the past, as for timestamps: `\"1.000000001s\"` is `00:00:01`, `\"-0.000000001s\"` is `-00:00:00.000001`", &["src/mapping/convert/interval.rs::protobuf_durations_are_seconds_with_up_to_nine_decimals", "types::protobuf_durations_land_in_interval_columns", "ddl_formats/edges::protobuf_extremes_land_in_the_created_columns"]),
 ];
 
 /// Where a test named in `CLAIMS` lives, and whether a function of that name is there.
