@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::types::FieldColumn;
+use crate::config::table_from::MAX_IDENTIFIER_BYTES;
 use crate::config::{KeyFrom, TopicSettings, WriteMode};
 use crate::schema::{quote_ident, Column, ColumnType, Table};
 
@@ -174,6 +175,9 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
     if columns.is_empty() {
         return Err("the record's schema has no fields to create columns from".into());
     }
+    if let Some(problem) = columns.iter().find_map(|c| name_problem(&c.0)) {
+        return Err(problem);
+    }
     for name in &pk {
         if !columns.iter().any(|c| &c.0 == name) {
             return Err(format!(
@@ -278,6 +282,9 @@ fn add_columns(
             }
             None if read_by_pointer(&f.name) || table.skipped.contains(&f.name) => {}
             None => {
+                if let Some(problem) = name_problem(&f.name) {
+                    return Err(problem);
+                }
                 steps.push(Step {
                     statement: format!(
                         "ALTER TABLE {qualified} ADD COLUMN IF NOT EXISTS {} {}",
@@ -313,6 +320,30 @@ fn add_columns(
             ..table.clone()
         },
     }))
+}
+
+/// Why a field cannot be a column of its own name: PostgreSQL cuts an identifier past 63
+/// bytes (the column would then be found under no field's name once the table is described
+/// again, and the field's values silently lost), and refuses an empty one or a NUL.
+fn name_problem(name: &str) -> Option<String> {
+    let way_out = "create the column yourself under a name PostgreSQL keeps and read the field into it with [topics.columns] (a JSON pointer, \"/field\")";
+    if name.is_empty() || name.contains('\0') {
+        return Some(format!(
+            "field {name:?} cannot be a column name (PostgreSQL refuses an empty name or a NUL): {way_out}"
+        ));
+    }
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        let mut cut = MAX_IDENTIFIER_BYTES;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return Some(format!(
+            "field {name:?} is {} bytes long, and PostgreSQL cuts column names at {MAX_IDENTIFIER_BYTES} bytes (to {:?}), so the column would not keep the field's name: {way_out}",
+            name.len(),
+            &name[..cut]
+        ));
+    }
+    None
 }
 
 /// Whether every value of the field's type is stored in the column as it is: the same type,
@@ -400,6 +431,33 @@ mod tests {
         assert_eq!(change.table.primary_key, ["id"]);
         assert_eq!(change.table.unique_keys, [vec!["id".to_string()]]);
         assert_ne!(change.table.oid, MISSING_OID);
+    }
+
+    /// A field name PostgreSQL would cut (past 63 bytes), an empty one or one with a NUL is
+    /// refused, saying what PostgreSQL would make of it; 63 bytes are taken. Both when creating
+    /// the table and when adding a column.
+    #[test]
+    fn a_field_name_postgresql_would_cut_or_refuse_is_refused() {
+        let s = settings("auto_create = true\nauto_evolve = \"add_columns\"");
+        let shape = |name: &str| Shape {
+            value: vec![field(name, ColumnType::Text, "text", true)],
+            key: None,
+        };
+        let long = format!("{}é", "x".repeat(62));
+        let err = plan(&s, &missing_table(&s, "t"), &shape(&long)).unwrap_err();
+        assert!(
+            err.contains("64 bytes long") && err.contains(&format!("(to \"{}\")", "x".repeat(62))),
+            "{err}"
+        );
+        let table = existing(&[("id", ColumnType::Int8, "int8")]);
+        let err = plan(&s, &table, &shape(&long)).unwrap_err();
+        assert!(err.contains("64 bytes long"), "{err}");
+        for bad in ["", "a\0b"] {
+            let err = plan(&s, &missing_table(&s, "t"), &shape(bad)).unwrap_err();
+            assert!(err.contains("cannot be a column name"), "{err}");
+        }
+        assert!(plan(&s, &missing_table(&s, "t"), &shape(&"x".repeat(63))).is_ok());
+        assert!(plan(&s, &table, &shape(&"x".repeat(63))).unwrap().is_some());
     }
 
     /// Upsert without a key to make the primary key of is refused, naming the setting.
