@@ -349,7 +349,7 @@ fn name_problem(name: &str) -> Option<String> {
 /// Whether every value of the field's type is stored in the column as it is: the same type,
 /// a wider one, or text/JSON (which keep any value's text).
 fn covers(col: &Column, field: &FieldColumn) -> bool {
-    covers_type(col.ty, field.ty) && covers_numeric(&col.sql_type, &field.sql)
+    covers_type(col.ty, field.ty) && covers_numeric(&col.sql_type, field.ty, &field.sql)
 }
 
 /// The type part of `covers`: a lossless widening lattice, and text/JSON for anything.
@@ -371,18 +371,28 @@ fn covers_type(col: ColumnType, field: ColumnType) -> bool {
     }
 }
 
-/// `numeric(p,s)` against `numeric(p2,s2)`: PostgreSQL rounds to the column's scale without a
-/// word, so a field with more decimals (or more integer digits) does not fit.
-fn covers_numeric(col: &str, field: &str) -> bool {
+/// A `numeric(p,s)` column against the field: PostgreSQL rounds to the column's scale without
+/// a word, so a field with more decimals (or more integer digits) does not fit. An integer
+/// field has its type's digits and no decimals; an unconstrained numeric field (JSON Schema's
+/// `number`, `VariableScaleDecimal`) any scale, so it fits only an unconstrained column.
+fn covers_numeric(col: &str, field_ty: ColumnType, field: &str) -> bool {
     let parse = |s: &str| -> Option<(u32, u32)> {
         let inner = s.strip_prefix("numeric(")?.strip_suffix(')')?;
         let (p, sc) = inner.split_once(',')?;
         Some((p.trim().parse().ok()?, sc.trim().parse().ok()?))
     };
-    match (parse(col), parse(field)) {
-        (Some((p, s)), Some((fp, fs))) => fs <= s && fp.saturating_sub(fs) <= p.saturating_sub(s),
-        _ => true,
-    }
+    let Some((p, s)) = parse(col) else {
+        return true;
+    };
+    let (fp, fs) = match (parse(field), field_ty) {
+        (Some(bounds), _) => bounds,
+        (None, ColumnType::Int2) => (5, 0),
+        (None, ColumnType::Int4) => (10, 0),
+        (None, ColumnType::Int8) => (19, 0),
+        (None, ColumnType::Numeric) => return false,
+        (None, _) => return true,
+    };
+    fs <= s && fp.saturating_sub(fs) <= p.saturating_sub(s)
 }
 
 #[cfg(test)]
@@ -523,8 +533,65 @@ mod tests {
             ("note", ColumnType::Jsonb, "jsonb"),
         ]);
         assert!(plan(&s, &wide, &orders_shape()).unwrap().is_none());
-        assert!(!covers_numeric("numeric(12,2)", "numeric(12,3)"));
-        assert!(covers_numeric("numeric(12,2)", "numeric(10,2)"));
+        assert!(!covers_numeric(
+            "numeric(12,2)",
+            ColumnType::Numeric,
+            "numeric(12,3)"
+        ));
+        assert!(covers_numeric(
+            "numeric(12,2)",
+            ColumnType::Numeric,
+            "numeric(10,2)"
+        ));
+    }
+
+    /// A `numeric(p,s)` column PostgreSQL rounds into without a word: an unconstrained numeric
+    /// field (JSON Schema's `number`, Debezium's `VariableScaleDecimal`) has any scale, so it
+    /// does not fit; an integer field fits only with room for all its digits.
+    #[test]
+    fn an_unconstrained_number_or_a_long_integer_does_not_fit_a_numeric_with_a_scale() {
+        let s = settings("auto_evolve = \"add_columns\"");
+        let shape = |ty: ColumnType, sql: &str| Shape {
+            value: vec![field("n", ty, sql, true)],
+            key: None,
+        };
+        let column = |sql: &str| existing(&[("n", ColumnType::Numeric, sql)]);
+        let err = plan(
+            &s,
+            &column("numeric(10,2)"),
+            &shape(ColumnType::Numeric, "numeric"),
+        )
+        .unwrap_err();
+        assert!(err.contains(r#"TYPE numeric USING "n"::numeric"#), "{err}");
+        assert!(plan(
+            &s,
+            &column("numeric(18,0)"),
+            &shape(ColumnType::Int8, "int8")
+        )
+        .is_err());
+        assert!(plan(
+            &s,
+            &column("numeric(20,2)"),
+            &shape(ColumnType::Int8, "int8")
+        )
+        .is_err());
+        assert!(plan(
+            &s,
+            &column("numeric(6,2)"),
+            &shape(ColumnType::Int4, "int4")
+        )
+        .is_err());
+        for (col, ty, sql) in [
+            ("numeric", ColumnType::Numeric, "numeric"),
+            ("numeric(19,0)", ColumnType::Int8, "int8"),
+            ("numeric(21,2)", ColumnType::Int8, "int8"),
+            ("numeric(10,0)", ColumnType::Int4, "int4"),
+            ("numeric(5,0)", ColumnType::Int2, "int2"),
+            ("numeric(20,0)", ColumnType::Numeric, "numeric(20,0)"),
+        ] {
+            let planned = plan(&s, &column(col), &shape(ty, sql));
+            assert!(matches!(planned, Ok(None)), "{sql} into {col}");
+        }
     }
 
     /// A time of day fits a timetz column (written at UTC); a zoned time does not fit a plain

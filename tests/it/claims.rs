@@ -337,6 +337,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("A field whose name PostgreSQL would cut (longer than 63 bytes) or refuse (empty, or holding a NUL) stops the sink at its record before any table or column is made, naming the field and the name it would be cut to", &["src/ddl/plan.rs::a_field_name_postgresql_would_cut_or_refuse_is_refused", "ddl_formats/edges::a_property_name_postgresql_would_cut_stops_before_creating_the_table"]),
     ("A JSON Schema `integer` is an `int8` column: a value past its range, or written with a fraction (`1.0`), is a `mapping` error at its record (a dead letter or a stop, by `on_error`), never rounded.", &["ddl_formats/edges::json_schema_extremes_land_in_the_created_columns"]),
     ("A `date-time` or `time` without an offset is read as UTC, and an array's `null` elements stay `NULL` elements.", &["ddl_formats/edges::json_schema_extremes_land_in_the_created_columns"]),
+    ("A field whose type the existing column cannot hold without loss (a wider integer, more decimals, another type) stops the sink at that record", &["src/ddl/plan.rs::a_field_wider_than_its_column_stops_with_the_ddl", "src/ddl/plan.rs::an_unconstrained_number_or_a_long_integer_does_not_fit_a_numeric_with_a_scale", "ddl::a_field_the_column_cannot_hold_stops_the_sink_with_the_ddl"]),
 ];
 
 /// Where a test named in `CLAIMS` lives, and whether a function of that name is there.
