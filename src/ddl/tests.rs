@@ -351,3 +351,56 @@ fn a_registry_record_whose_schema_gives_no_columns_is_the_records_error() {
         );
     }
 }
+
+/// A registry record's schema is fetched and compiled once per schema id and message: more
+/// records of it fit without the registry, whatever their payload; another message of the same
+/// id, or another key schema, is another schema.
+#[test]
+fn a_protobuf_schema_is_read_once_per_id_and_message() {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(
+        "name = \"t\"\ntable = \"t\"\nformat = \"protobuf\"\nkey_format = \"protobuf\"\nauto_evolve = \"add_columns\"",
+    ))
+    .extract()
+    .unwrap();
+    let mut ev = Evolver::for_settings(&settings).unwrap();
+    let mut fetched = Vec::new();
+    let mut fetch = |id: u32| {
+        fetched.push(id);
+        Ok(RegisteredSchema {
+            kind: crate::registry::SchemaKind::Protobuf,
+            text: "syntax = \"proto3\"; message A { int64 a = 1; } message B { int64 a = 1; }"
+                .into(),
+        })
+    };
+    let mut table = missing_table(&settings, "t");
+    table.oid = 42;
+    table.columns = vec![crate::schema::Column {
+        name: "a".into(),
+        ty: crate::schema::ColumnType::Int8,
+        sql_type: "bigint".into(),
+        not_null: false,
+        has_default: false,
+        default_sql: None,
+    }];
+    let records: [(&[u8], Option<&[u8]>); 6] = [
+        (&[0, 0, 0, 0, 7, 0, 0x08, 1], None),
+        (&[0, 0, 0, 0, 7, 0, 0x08, 2], None),
+        (&[0, 0, 0, 0, 7, 0], None),
+        (&[0, 0, 0, 0, 7, 2, 2, 0x08, 1], None),
+        (
+            &[0, 0, 0, 0, 7, 0, 0x08, 1],
+            Some(&[0, 0, 0, 0, 9, 0, 0x08, 1]),
+        ),
+        (
+            &[0, 0, 0, 0, 7, 0, 0x08, 3],
+            Some(&[0, 0, 0, 0, 9, 0, 0x08, 5]),
+        ),
+    ];
+    for (value, key) in records {
+        let checked = ev.check(&table, Some(value), key, &mut fetch).unwrap();
+        assert!(matches!(checked, Checked::Fits(0)), "{value:?}");
+    }
+    // Value 7 [0], value 7 [1], then value 7 [0] with key 9 [0] (both fetched).
+    assert_eq!(fetched, [7, 7, 7, 9]);
+}
