@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::types::FieldColumn;
+use crate::config::table_from::MAX_IDENTIFIER_BYTES;
 use crate::config::{KeyFrom, TopicSettings, WriteMode};
 use crate::schema::{quote_ident, Column, ColumnType, Table};
 
@@ -174,6 +175,9 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
     if columns.is_empty() {
         return Err("the record's schema has no fields to create columns from".into());
     }
+    if let Some(problem) = columns.iter().find_map(|c| name_problem(&c.0)) {
+        return Err(problem);
+    }
     for name in &pk {
         if !columns.iter().any(|c| &c.0 == name) {
             return Err(format!(
@@ -278,6 +282,9 @@ fn add_columns(
             }
             None if read_by_pointer(&f.name) || table.skipped.contains(&f.name) => {}
             None => {
+                if let Some(problem) = name_problem(&f.name) {
+                    return Err(problem);
+                }
                 steps.push(Step {
                     statement: format!(
                         "ALTER TABLE {qualified} ADD COLUMN IF NOT EXISTS {} {}",
@@ -315,10 +322,34 @@ fn add_columns(
     }))
 }
 
+/// Why a field cannot be a column of its own name: PostgreSQL cuts an identifier past 63
+/// bytes (the column would then be found under no field's name once the table is described
+/// again, and the field's values silently lost), and refuses an empty one or a NUL.
+fn name_problem(name: &str) -> Option<String> {
+    let way_out = "create the column yourself under a name PostgreSQL keeps and read the field into it with [topics.columns] (a JSON pointer, \"/field\")";
+    if name.is_empty() || name.contains('\0') {
+        return Some(format!(
+            "field {name:?} cannot be a column name (PostgreSQL refuses an empty name or a NUL): {way_out}"
+        ));
+    }
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        let mut cut = MAX_IDENTIFIER_BYTES;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return Some(format!(
+            "field {name:?} is {} bytes long, and PostgreSQL cuts column names at {MAX_IDENTIFIER_BYTES} bytes (to {:?}), so the column would not keep the field's name: {way_out}",
+            name.len(),
+            &name[..cut]
+        ));
+    }
+    None
+}
+
 /// Whether every value of the field's type is stored in the column as it is: the same type,
 /// a wider one, or text/JSON (which keep any value's text).
 fn covers(col: &Column, field: &FieldColumn) -> bool {
-    covers_type(col.ty, field.ty) && covers_numeric(&col.sql_type, &field.sql)
+    covers_type(col.ty, field.ty) && covers_numeric(&col.sql_type, field.ty, &field.sql)
 }
 
 /// The type part of `covers`: a lossless widening lattice, and text/JSON for anything.
@@ -340,18 +371,28 @@ fn covers_type(col: ColumnType, field: ColumnType) -> bool {
     }
 }
 
-/// `numeric(p,s)` against `numeric(p2,s2)`: PostgreSQL rounds to the column's scale without a
-/// word, so a field with more decimals (or more integer digits) does not fit.
-fn covers_numeric(col: &str, field: &str) -> bool {
+/// A `numeric(p,s)` column against the field: PostgreSQL rounds to the column's scale without
+/// a word, so a field with more decimals (or more integer digits) does not fit. An integer
+/// field has its type's digits and no decimals; an unconstrained numeric field (JSON Schema's
+/// `number`, `VariableScaleDecimal`) any scale, so it fits only an unconstrained column.
+fn covers_numeric(col: &str, field_ty: ColumnType, field: &str) -> bool {
     let parse = |s: &str| -> Option<(u32, u32)> {
         let inner = s.strip_prefix("numeric(")?.strip_suffix(')')?;
         let (p, sc) = inner.split_once(',')?;
         Some((p.trim().parse().ok()?, sc.trim().parse().ok()?))
     };
-    match (parse(col), parse(field)) {
-        (Some((p, s)), Some((fp, fs))) => fs <= s && fp.saturating_sub(fs) <= p.saturating_sub(s),
-        _ => true,
-    }
+    let Some((p, s)) = parse(col) else {
+        return true;
+    };
+    let (fp, fs) = match (parse(field), field_ty) {
+        (Some(bounds), _) => bounds,
+        (None, ColumnType::Int2) => (5, 0),
+        (None, ColumnType::Int4) => (10, 0),
+        (None, ColumnType::Int8) => (19, 0),
+        (None, ColumnType::Numeric) => return false,
+        (None, _) => return true,
+    };
+    fs <= s && fp.saturating_sub(fs) <= p.saturating_sub(s)
 }
 
 #[cfg(test)]
@@ -400,6 +441,33 @@ mod tests {
         assert_eq!(change.table.primary_key, ["id"]);
         assert_eq!(change.table.unique_keys, [vec!["id".to_string()]]);
         assert_ne!(change.table.oid, MISSING_OID);
+    }
+
+    /// A field name PostgreSQL would cut (past 63 bytes), an empty one or one with a NUL is
+    /// refused, saying what PostgreSQL would make of it; 63 bytes are taken. Both when creating
+    /// the table and when adding a column.
+    #[test]
+    fn a_field_name_postgresql_would_cut_or_refuse_is_refused() {
+        let s = settings("auto_create = true\nauto_evolve = \"add_columns\"");
+        let shape = |name: &str| Shape {
+            value: vec![field(name, ColumnType::Text, "text", true)],
+            key: None,
+        };
+        let long = format!("{}é", "x".repeat(62));
+        let err = plan(&s, &missing_table(&s, "t"), &shape(&long)).unwrap_err();
+        assert!(
+            err.contains("64 bytes long") && err.contains(&format!("(to \"{}\")", "x".repeat(62))),
+            "{err}"
+        );
+        let table = existing(&[("id", ColumnType::Int8, "int8")]);
+        let err = plan(&s, &table, &shape(&long)).unwrap_err();
+        assert!(err.contains("64 bytes long"), "{err}");
+        for bad in ["", "a\0b"] {
+            let err = plan(&s, &missing_table(&s, "t"), &shape(bad)).unwrap_err();
+            assert!(err.contains("cannot be a column name"), "{err}");
+        }
+        assert!(plan(&s, &missing_table(&s, "t"), &shape(&"x".repeat(63))).is_ok());
+        assert!(plan(&s, &table, &shape(&"x".repeat(63))).unwrap().is_some());
     }
 
     /// Upsert without a key to make the primary key of is refused, naming the setting.
@@ -465,8 +533,65 @@ mod tests {
             ("note", ColumnType::Jsonb, "jsonb"),
         ]);
         assert!(plan(&s, &wide, &orders_shape()).unwrap().is_none());
-        assert!(!covers_numeric("numeric(12,2)", "numeric(12,3)"));
-        assert!(covers_numeric("numeric(12,2)", "numeric(10,2)"));
+        assert!(!covers_numeric(
+            "numeric(12,2)",
+            ColumnType::Numeric,
+            "numeric(12,3)"
+        ));
+        assert!(covers_numeric(
+            "numeric(12,2)",
+            ColumnType::Numeric,
+            "numeric(10,2)"
+        ));
+    }
+
+    /// A `numeric(p,s)` column PostgreSQL rounds into without a word: an unconstrained numeric
+    /// field (JSON Schema's `number`, Debezium's `VariableScaleDecimal`) has any scale, so it
+    /// does not fit; an integer field fits only with room for all its digits.
+    #[test]
+    fn an_unconstrained_number_or_a_long_integer_does_not_fit_a_numeric_with_a_scale() {
+        let s = settings("auto_evolve = \"add_columns\"");
+        let shape = |ty: ColumnType, sql: &str| Shape {
+            value: vec![field("n", ty, sql, true)],
+            key: None,
+        };
+        let column = |sql: &str| existing(&[("n", ColumnType::Numeric, sql)]);
+        let err = plan(
+            &s,
+            &column("numeric(10,2)"),
+            &shape(ColumnType::Numeric, "numeric"),
+        )
+        .unwrap_err();
+        assert!(err.contains(r#"TYPE numeric USING "n"::numeric"#), "{err}");
+        assert!(plan(
+            &s,
+            &column("numeric(18,0)"),
+            &shape(ColumnType::Int8, "int8")
+        )
+        .is_err());
+        assert!(plan(
+            &s,
+            &column("numeric(20,2)"),
+            &shape(ColumnType::Int8, "int8")
+        )
+        .is_err());
+        assert!(plan(
+            &s,
+            &column("numeric(6,2)"),
+            &shape(ColumnType::Int4, "int4")
+        )
+        .is_err());
+        for (col, ty, sql) in [
+            ("numeric", ColumnType::Numeric, "numeric"),
+            ("numeric(19,0)", ColumnType::Int8, "int8"),
+            ("numeric(21,2)", ColumnType::Int8, "int8"),
+            ("numeric(10,0)", ColumnType::Int4, "int4"),
+            ("numeric(5,0)", ColumnType::Int2, "int2"),
+            ("numeric(20,0)", ColumnType::Numeric, "numeric(20,0)"),
+        ] {
+            let planned = plan(&s, &column(col), &shape(ty, sql));
+            assert!(matches!(planned, Ok(None)), "{sql} into {col}");
+        }
     }
 
     /// A time of day fits a timetz column (written at UTC); a zoned time does not fit a plain

@@ -252,3 +252,155 @@ fn a_schema_of_another_kind_is_the_records_error() {
         "{err:?}"
     );
 }
+
+/// A registry record whose schema cannot give columns, whatever is wrong with it (a corrupt
+/// or truncated message-index array, one naming no message, a `.proto` that does not compile,
+/// a JSON Schema that is no object or whose root `$ref`s cycle), is that record's error (a
+/// dead letter or a stop, by `on_error`), never a panic or a hang.
+#[test]
+fn a_registry_record_whose_schema_gives_no_columns_is_the_records_error() {
+    use figment::providers::{Format as _, Toml};
+    let table_for = |format: &str| {
+        let settings: TopicSettings = figment::Figment::from(Toml::string(&format!(
+            "name = \"t\"\ntable = \"t\"\nformat = \"{format}\"\nauto_create = true"
+        )))
+        .extract()
+        .unwrap();
+        let table = missing_table(&settings, "t");
+        (Evolver::for_settings(&settings).unwrap(), table)
+    };
+    let schema = |kind, text: &str| {
+        let text = text.to_string();
+        move |_: u32| {
+            Ok(RegisteredSchema {
+                kind,
+                text: text.clone(),
+            })
+        }
+    };
+    let proto = "syntax = \"proto3\"; message A { int64 a = 1; }";
+    let cases: [(&[u8], &str); 8] = [
+        // Index [5]: the schema has one message.
+        (&[0, 0, 0, 0, 7, 2, 10, 0x08, 1], "names no message"),
+        // Index [0, 1]: A has no nested messages.
+        (&[0, 0, 0, 0, 7, 4, 0, 2, 0x08, 1], "names no message"),
+        // A varint cut off, a negative count, a negative index, 40 entries, nothing at all.
+        (&[0, 0, 0, 0, 7, 0x80], "no schema"),
+        (&[0, 0, 0, 0, 7, 1, 0x08, 1], "no schema"),
+        (&[0, 0, 0, 0, 7, 2, 1, 0x08, 1], "no schema"),
+        (&[0, 0, 0, 0, 7, 80, 0, 0], "no schema"),
+        (&[0, 0, 0, 0, 7], "no schema"),
+        (
+            &[0, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f],
+            "no schema",
+        ),
+    ];
+    for (value, why) in cases {
+        let (mut ev, table) = table_for("protobuf");
+        let err = ev
+            .check(
+                &table,
+                Some(value),
+                None,
+                &mut schema(crate::registry::SchemaKind::Protobuf, proto),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, CheckError::Record(m) if m.contains(why)),
+            "{value:?}: {err:?}"
+        );
+    }
+    let (mut ev, table) = table_for("protobuf");
+    let err = ev
+        .check(
+            &table,
+            Some(&[0, 0, 0, 0, 7, 0, 0x08, 1]),
+            None,
+            &mut schema(
+                crate::registry::SchemaKind::Protobuf,
+                "syntax = \"proto3\"; message A { int64 a = 1 }",
+            ),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckError::Record(m) if m.contains("does not compile")),
+        "{err:?}"
+    );
+    for (text, why) in [
+        ("not json", "not JSON"),
+        (r#"{"type":"string"}"#, "properties"),
+        (r#"{"properties":[1]}"#, "properties"),
+        (
+            r##"{"$ref":"#/definitions/A","definitions":{"A":{"$ref":"#/definitions/B"},"B":{"$ref":"#/definitions/A"}}}"##,
+            "properties",
+        ),
+        (r##"{"$ref":"#"}"##, "properties"),
+    ] {
+        let (mut ev, table) = table_for("json-schema");
+        let err = ev
+            .check(
+                &table,
+                Some(b"\0\0\0\0\x07{}"),
+                None,
+                &mut schema(crate::registry::SchemaKind::Json, text),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, CheckError::Record(m) if m.contains(why)),
+            "{text}: {err:?}"
+        );
+    }
+}
+
+/// A registry record's schema is fetched and compiled once per schema id and message: more
+/// records of it fit without the registry, whatever their payload; another message of the same
+/// id, or another key schema, is another schema.
+#[test]
+fn a_protobuf_schema_is_read_once_per_id_and_message() {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(
+        "name = \"t\"\ntable = \"t\"\nformat = \"protobuf\"\nkey_format = \"protobuf\"\nauto_evolve = \"add_columns\"",
+    ))
+    .extract()
+    .unwrap();
+    let mut ev = Evolver::for_settings(&settings).unwrap();
+    let mut fetched = Vec::new();
+    let mut fetch = |id: u32| {
+        fetched.push(id);
+        Ok(RegisteredSchema {
+            kind: crate::registry::SchemaKind::Protobuf,
+            text: "syntax = \"proto3\"; message A { int64 a = 1; } message B { int64 a = 1; }"
+                .into(),
+        })
+    };
+    let mut table = missing_table(&settings, "t");
+    table.oid = 42;
+    table.columns = vec![crate::schema::Column {
+        name: "a".into(),
+        ty: crate::schema::ColumnType::Int8,
+        sql_type: "bigint".into(),
+        not_null: false,
+        has_default: false,
+        default_sql: None,
+    }];
+    let records: [(&[u8], Option<&[u8]>); 6] = [
+        (&[0, 0, 0, 0, 7, 0, 0x08, 1], None),
+        (&[0, 0, 0, 0, 7, 0, 0x08, 2], None),
+        (&[0, 0, 0, 0, 7, 0], None),
+        (&[0, 0, 0, 0, 7, 2, 2, 0x08, 1], None),
+        (
+            &[0, 0, 0, 0, 7, 0, 0x08, 1],
+            Some(&[0, 0, 0, 0, 9, 0, 0x08, 1]),
+        ),
+        (
+            &[0, 0, 0, 0, 7, 0, 0x08, 3],
+            Some(&[0, 0, 0, 0, 9, 0, 0x08, 5]),
+        ),
+    ];
+    for (value, key) in records {
+        let checked = ev.check(&table, Some(value), key, &mut fetch).unwrap();
+        assert!(matches!(checked, Checked::Fits(0)), "{value:?}");
+    }
+    // Value 7 [0], value 7 [1], then value 7 [0] with key 9 [0] (both fetched).
+    assert_eq!(fetched, [7, 7, 7, 9]);
+}

@@ -19,6 +19,8 @@ use crate::helpers::registry::{framed, register, registry_url};
 use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
+mod edges;
+
 /// Each column's name, type and NOT NULL as the catalog has them, in table order.
 async fn column_types(db: &TestDb, table: &str) -> Vec<String> {
     let rows: Vec<(String, String, bool)> = sqlx::query_as(

@@ -1,6 +1,7 @@
 //! Protobuf fields → created columns, by what `mapping::protobuf`'s transcoder writes for each
 //! (its module comment lists the conventions): every column takes every value the transcoder
-//! can produce for its field, exactly.
+//! can produce for its field, exactly (but for the nanoseconds of a `Timestamp` or `Duration`,
+//! which PostgreSQL's microseconds drop toward the past).
 
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 

@@ -102,25 +102,21 @@ fn avro_duration(text: &str) -> Result<Interval, String> {
 
 /// Protobuf's `google.protobuf.Duration` in its proto3 JSON form, as the Protobuf reader
 /// writes it: seconds with up to nine decimals and a lower-case `s` (`"1.5s"`, `"-0.25s"`),
-/// all of it time. Nanoseconds that are not whole microseconds are refused, as in ISO input.
+/// all of it time. PostgreSQL keeps microseconds: finer digits (a Go `time.Duration` or Java
+/// `Duration` measured in nanoseconds) are dropped toward the past, as for timestamps, so a
+/// column created for a `Duration` takes every value one can hold.
 fn proto_seconds(s: &str) -> Result<Interval, String> {
     let bad = |why: &str| format!("{s:?} is not a protobuf duration (1.5s): {why}");
     let number = &s[..s.len() - 1];
     let (sign, whole, fraction) = decimal(number)
         .filter(|_| !number.contains(','))
         .ok_or_else(|| bad("not a number of seconds"))?;
-    let part = match fraction {
+    let nanos = match fraction {
         None => 0,
-        Some((digits, places)) if places <= 9 => {
-            let ten = 10i128.pow(places);
-            if digits * 1_000_000 % ten != 0 {
-                return Err(bad("finer than a microsecond"));
-            }
-            digits * 1_000_000 / ten
-        }
+        Some((digits, places)) if places <= 9 => digits * 10i128.pow(9 - places),
         Some(_) => return Err(bad("more than nine decimals")),
     };
-    let micros = i64::try_from(sign * (whole * 1_000_000 + part))
+    let micros = i64::try_from((sign * (whole * 1_000_000_000 + nanos)).div_euclid(1000))
         .map_err(|_| bad("out of range for an interval"))?;
     Ok(Interval {
         micros,
@@ -328,8 +324,16 @@ mod tests {
         assert_eq!(ok("0s"), Ok(iv(0, 0, 0)));
         assert_eq!(ok("86400s"), Ok(iv(0, 0, 86_400_000_000)));
         assert_eq!(ok("1.000001000s"), Ok(iv(0, 0, 1_000_001)));
+        // Nanoseconds are dropped toward the past, as for timestamps.
+        assert_eq!(ok("1.000000001s"), Ok(iv(0, 0, 1_000_000)));
+        assert_eq!(ok("1.999999999s"), Ok(iv(0, 0, 1_999_999)));
+        assert_eq!(ok("-0.000001999s"), Ok(iv(0, 0, -2)));
+        assert_eq!(ok("-0.000000001s"), Ok(iv(0, 0, -1)));
+        assert_eq!(
+            ok("-315576000000.999999999s"),
+            Ok(iv(0, 0, -315_576_000_001_000_000))
+        );
         for (bad, why) in [
-            ("1.000000001s", "finer than a microsecond"),
             ("1.0000000000s", "more than nine decimals"),
             ("s", "not a number"),
             ("1,5s", "not a number"),
