@@ -2,7 +2,6 @@
 //! transcoder writes it, for `schema_types` to hold against the columns.
 
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
-use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 use super::{FieldType, Shapes};
 
@@ -101,37 +100,9 @@ fn protobuf_spelling(field: &FieldDescriptor) -> String {
     }
 }
 
-/// The name the registered `.proto` is compiled under here.
-const SCHEMA_FILE: &str = "registered.proto";
-
-/// The first message of a registered `.proto` (what message index `[0]` selects). Compiled
-/// here rather than through `protobuf`'s transcoder, which keeps its descriptors to itself;
-/// `check` has already compiled it there, so an error here is only repeated.
+/// The first message of a registered `.proto` (what message index `[0]` selects), compiled by
+/// the same code the transcoder and `ddl` use; `check` has already compiled it there, so an
+/// error here is only repeated.
 fn first_message(source: &str) -> Result<MessageDescriptor, String> {
-    let mut resolver = ChainFileResolver::new();
-    resolver.add(Registered(source.to_owned()));
-    resolver.add(GoogleFileResolver::new());
-    let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler
-        .open_file(SCHEMA_FILE)
-        .map_err(|e| format!("the .proto schema does not compile: {e}"))?;
-    let file = compiler
-        .descriptor_pool()
-        .get_file_by_name(SCHEMA_FILE)
-        .ok_or("the .proto schema compiled to no file")?;
-    let first = file.messages().next();
-    first.ok_or_else(|| "the .proto schema declares no message".into())
-}
-
-/// The registered schema as the one source file the compiler reads.
-struct Registered(String);
-
-impl FileResolver for Registered {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == SCHEMA_FILE {
-            File::from_source(name, &self.0)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
-    }
+    crate::proto::resolve(&crate::proto::compile(source)?, &[0])
 }
