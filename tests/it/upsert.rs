@@ -369,14 +369,7 @@ async fn sparse_upserts_and_deletes_keep_exactly_what_each_record_carried() {
         });
     }
     produce_raw(&producer(), &topic.name, &records).await;
-    let mut config = SinkConfig::new(&db.url, &topic.name, "sparse");
-    config.max_records = 150;
-    config.metadata = String::new();
-    config.topic_settings =
-        "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
-    let mut sink = Sink::start(&config, "sink");
-    let address = sink.http_address();
-    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    let (mut sink, address) = upsert_by_key_until_drained(&db, &topic, "sparse", 150).await;
 
     type Read = (
         i32,
@@ -505,14 +498,7 @@ async fn keys_seen_once_and_repeated_keys_in_one_batch_each_keep_what_their_reco
         });
     }
     produce_raw(&producer(), &topic.name, &records).await;
-    let mut config = SinkConfig::new(&db.url, &topic.name, "mixed");
-    config.max_records = 500;
-    config.metadata = String::new();
-    config.topic_settings =
-        "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
-    let mut sink = Sink::start(&config, "sink");
-    let address = sink.http_address();
-    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    let (mut sink, address) = upsert_by_key_until_drained(&db, &topic, "mixed", 500).await;
 
     type Read = (
         i32,
@@ -545,4 +531,24 @@ async fn keys_seen_once_and_repeated_keys_in_one_batch_each_keep_what_their_reco
         "{RECORDS} records in batches of up to 500: {batches} transactions"
     );
     assert!(sink.stop().success());
+}
+
+/// Runs the sink on `topic` into `table` in upsert mode keyed by the record key (tombstones
+/// delete, no metadata columns, batches of at most `max_records`) until it has drained the
+/// topic; returns it still running, with its HTTP address for its metrics.
+async fn upsert_by_key_until_drained(
+    db: &TestDb,
+    topic: &TestTopic,
+    table: &str,
+    max_records: usize,
+) -> (Sink, String) {
+    let mut config = SinkConfig::new(&db.url, &topic.name, table);
+    config.max_records = max_records;
+    config.metadata = String::new();
+    config.topic_settings =
+        "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();
+    let sink = Sink::start(&config, "sink");
+    let address = sink.http_address();
+    wait_drained(db, &config.group, topic, Duration::from_secs(120)).await;
+    (sink, address)
 }
