@@ -164,8 +164,15 @@ fn deliver(
     let mut pipeline = ctx.pipeline();
     match item {
         Ok(message) => {
-            let headers = match message.headers() {
-                Some(h) if pipeline.needs_headers(message.topic()) => {
+            // librdkafka parses a record's headers when they are asked for (5% of the
+            // consumer thread), so only a topic that uses them asks.
+            let asked = if pipeline.needs_headers(message.topic()) {
+                message.headers()
+            } else {
+                None
+            };
+            let headers = match asked {
+                Some(h) => {
                     match crate::headers::read(h) {
                         Ok(headers) => headers,
                         Err(e) => {

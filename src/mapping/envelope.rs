@@ -2,6 +2,7 @@
 //! or delete), and what a Connect schema says about field encodings.
 
 use foldhash::{HashMap, HashMapExt as _};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -34,6 +35,10 @@ pub struct Decoded<'a> {
     /// so they are scanned only once.
     pub doc: Option<&'a str>,
     pub hints: Option<Arc<Hints>>,
+    /// `doc` is the payload of a known envelope, taken by position and not read yet: if it
+    /// turns out not to be one JSON value, the record is not what it looked like and is
+    /// decoded again with `decode_in_full`.
+    pub unchecked: bool,
 }
 
 /// Field name → encoding, from a Connect struct schema.
@@ -44,48 +49,78 @@ pub type Hints = HashMap<String, Hint>;
 #[derive(Default)]
 pub struct HintCache(RefCell<Option<CachedHints>>);
 
-/// A schema's text, the Debezium side it was read for, and its hints.
+/// A schema's text and its hints for each side read of it (the row itself, or a Debezium
+/// event's `after` and `before`: a few at most).
 struct CachedHints {
-    schema: String,
-    side: Option<String>,
-    hints: Arc<Hints>,
+    schema: Arc<str>,
+    sides: Vec<(Option<String>, Arc<Hints>)>,
 }
 
 impl HintCache {
     /// A value laid out exactly as the JsonConverter writes it, `{"schema":S,"payload":P}`,
-    /// whose `S` is the last schema seen, byte for byte: its schema and payload found with a
-    /// memory compare instead of a scan of the schema (most of a Connect record's bytes).
-    /// The payload is checked to be one JSON value and all that follows; anything else
-    /// (spacing, another field, another schema) is `None`, and the value is read in full.
-    fn known_envelope<'a>(&self, text: &'a str) -> Option<(JsonRef<'a>, JsonRef<'a>)> {
-        const HEAD: &str = r#"{"schema":"#;
-        const MIDDLE: &str = r#","payload":"#;
+    /// whose `S` is the last schema seen, byte for byte: that schema and the text of the
+    /// payload, found with a memory compare instead of a scan of the schema (most of a
+    /// Connect record's bytes), and only the payload checked to be UTF-8. `P` is not read
+    /// here: its reader validates it as one JSON value (it scans it anyway), and a record
+    /// whose `P` is not one (another field after it, a second payload) is decoded again in
+    /// full. Anything else (spacing, another schema) is `None`.
+    fn known_envelope<'a>(&self, value: &'a [u8]) -> Option<(Arc<str>, &'a str)> {
+        const HEAD: &[u8] = br#"{"schema":"#;
+        const MIDDLE: &[u8] = br#","payload":"#;
         let cached = self.0.borrow();
-        let known = cached.as_ref()?.schema.as_str();
-        let rest = text.strip_prefix(HEAD)?.strip_prefix(known)?;
-        let payload = rest.strip_prefix(MIDDLE)?.strip_suffix('}')?;
-        let payload = serde_json::from_str::<&RawValue>(payload).ok()?;
-        // Equal to the cached text, which was read as one JSON value when it was first seen.
-        let schema = JsonRef::written(&text[HEAD.len()..HEAD.len() + known.len()]);
-        Some((schema, JsonRef::of(payload)))
+        let schema = &cached.as_ref()?.schema;
+        let payload = trim_json_space(value)
+            .strip_prefix(HEAD)?
+            .strip_prefix(schema.as_bytes())?
+            .strip_prefix(MIDDLE)?
+            .strip_suffix(b"}")?;
+        let payload = std::str::from_utf8(payload).ok()?;
+        Some((schema.clone(), payload))
     }
 
-    /// Keyed by the schema's text itself: comparing it with the last one is a memory compare,
-    /// cheaper than hashing it, and never mistakes one schema for another.
-    fn hints(&self, schema: JsonRef<'_>, field: Option<&str>) -> Result<Arc<Hints>, MapError> {
-        if let Some(c) = self.0.borrow().as_ref() {
-            if c.schema == schema.get() && c.side.as_deref() == field {
-                return Ok(c.hints.clone());
-            }
-        }
-        let hints = Arc::new(parse_hints(schema, field)?);
-        *self.0.borrow_mut() = Some(CachedHints {
-            schema: schema.get().to_owned(),
-            side: field.map(str::to_owned),
-            hints: hints.clone(),
+    /// Keyed by the schema's text itself: comparing it with the last one is a memory compare
+    /// (none for the text `known_envelope` handed out), cheaper than hashing it, and never
+    /// mistakes one schema for another.
+    fn hints(&self, schema: JsonRef<'_>, side: Option<&str>) -> Result<Arc<Hints>, MapError> {
+        let text = schema.get();
+        let mut cached = self.0.borrow_mut();
+        let same = cached.as_ref().is_some_and(|c| {
+            std::ptr::eq(c.schema.as_ptr(), text.as_ptr()) && c.schema.len() == text.len()
+                || &*c.schema == text
         });
+        if !same {
+            *cached = None;
+        }
+        let c = cached.get_or_insert_with(|| CachedHints {
+            schema: text.into(),
+            sides: Vec::new(),
+        });
+        if let Some((_, hints)) = c.sides.iter().find(|(s, _)| s.as_deref() == side) {
+            return Ok(hints.clone());
+        }
+        let hints = Arc::new(parse_hints(schema, side)?);
+        c.sides.push((side.map(str::to_owned), hints.clone()));
         Ok(hints)
     }
+}
+
+/// JSON's own whitespace around a value trimmed (`trim_ascii` would also take a form feed,
+/// which JSON refuses).
+fn trim_json_space(value: &[u8]) -> &[u8] {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let start = value.iter().position(|b| !space(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !space(b))
+        .map_or(start, |e| e + 1);
+    &value[start..end]
+}
+
+/// Whether the value is to be read in full, or may first be tried as a known envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Known,
+    InFull,
 }
 
 /// Finds the row document in `value` as `format` lays it out.
@@ -95,23 +130,46 @@ pub fn decode<'a>(
     delete_on_tombstone: bool,
     cache: &HintCache,
 ) -> Result<Decoded<'a>, MapError> {
+    decode_as(format, value, delete_on_tombstone, cache, Reading::Known)
+}
+
+/// As `decode`, without trying the value as a known envelope: for a record whose `unchecked`
+/// payload turned out not to be one JSON value.
+pub fn decode_in_full<'a>(
+    format: RecordFormat,
+    value: Option<&'a [u8]>,
+    delete_on_tombstone: bool,
+    cache: &HintCache,
+) -> Result<Decoded<'a>, MapError> {
+    decode_as(format, value, delete_on_tombstone, cache, Reading::InFull)
+}
+
+fn decode_as<'a>(
+    format: RecordFormat,
+    value: Option<&'a [u8]>,
+    delete_on_tombstone: bool,
+    cache: &HintCache,
+    reading: Reading,
+) -> Result<Decoded<'a>, MapError> {
     let Some(value) = value else {
         // Debezium follows every delete with a tombstone; deleting again is harmless.
         if delete_on_tombstone || format == RecordFormat::Debezium {
-            return Ok(Decoded {
-                op: Op::Delete,
-                doc: None,
-                hints: None,
-            });
+            return Ok(Decoded::without_row(Op::Delete));
         }
         return Err(MapError::Tombstone);
     };
+    // Only the payload of a known envelope is left to read; one level down, inside it.
+    let known = match reading {
+        Reading::Known if matches!(format, RecordFormat::ConnectJson | RecordFormat::Debezium) => {
+            cache.known_envelope(value)
+        }
+        _ => None,
+    };
+    if let Some((_, payload)) = &known {
+        too_deep(payload.as_bytes(), MAX_JSON_DEPTH - 1)?;
+    }
     match format {
-        RecordFormat::Raw => Ok(Decoded {
-            op: Op::Write,
-            doc: None,
-            hints: None,
-        }),
+        RecordFormat::Raw => Ok(Decoded::without_row(Op::Write)),
         // Registry formats reach here transcoded into JSON, as `Json` (see `TopicMapper`).
         RecordFormat::Json
         | RecordFormat::Avro
@@ -123,15 +181,27 @@ pub fn decode<'a>(
                 op: Op::Write,
                 doc: Some(doc),
                 hints: None,
+                unchecked: false,
             })
         }
         RecordFormat::ConnectJson => {
+            if let Some((schema, payload)) = known {
+                if payload == "null" {
+                    return decode(format, None, delete_on_tombstone, cache);
+                }
+                return Ok(Decoded {
+                    op: Op::Write,
+                    doc: Some(payload),
+                    hints: Some(cache.hints(JsonRef::written(&schema), None)?),
+                    unchecked: true,
+                });
+            }
             let Envelope {
                 top,
                 schema,
                 payload,
                 ..
-            } = read_envelope(value, cache)?;
+            } = read_envelope(value)?;
             match payload {
                 // JsonConverter writes a null value as {"schema": null, "payload": null}.
                 Some(p) if p.get() == "null" => decode(format, None, delete_on_tombstone, cache),
@@ -144,6 +214,7 @@ pub fn decode<'a>(
                         op: Op::Write,
                         doc: Some(p.get()),
                         hints,
+                        unchecked: false,
                     })
                 }
                 // No envelope (schemas.enable=false): the value is the row.
@@ -151,34 +222,54 @@ pub fn decode<'a>(
                     op: Op::Write,
                     doc: Some(top.get()),
                     hints: None,
+                    unchecked: false,
                 }),
             }
         }
         RecordFormat::Debezium => {
-            let envelope = read_envelope(value, cache)?;
-            let schema = envelope.schema;
             // The event's fields: in the payload, or read with the envelope when there is none.
-            let [op, before, after] = match envelope.payload {
-                Some(payload) => pointer::fields(payload.get(), ["op", "before", "after"])
-                    .map_err(MapError::NotAnObject)?,
-                None => envelope.event,
+            let known_schema: Arc<str>;
+            let (schema, [op, before, after]) = match known {
+                // Reading the fields validates the payload as one object, so a known envelope
+                // is read once; one that is not what it looked like is read again in full.
+                Some((schema, payload)) => {
+                    match pointer::fields(payload, ["op", "before", "after"]) {
+                        Ok(fields) => {
+                            known_schema = schema;
+                            (Some(JsonRef::written(&known_schema)), fields)
+                        }
+                        Err(_) => {
+                            return decode_in_full(format, Some(value), delete_on_tombstone, cache)
+                        }
+                    }
+                }
+                None => {
+                    let envelope = read_envelope(value)?;
+                    let fields = match envelope.payload {
+                        Some(payload) => pointer::fields(payload.get(), ["op", "before", "after"])
+                            .map_err(MapError::NotAnObject)?,
+                        None => envelope.event,
+                    };
+                    (envelope.schema.filter(|s| s.get() != "null"), fields)
+                }
             };
+            // Borrowed unless escaped, as Debezium never writes it.
             let op = op
-                .and_then(|op| serde_json::from_str::<String>(op.get()).ok())
+                .and_then(|op| {
+                    let text = op.get();
+                    serde_json::from_str::<&str>(text)
+                        .map(Cow::Borrowed)
+                        .or_else(|_| serde_json::from_str::<String>(text).map(Cow::Owned))
+                        .ok()
+                })
                 .ok_or_else(|| {
                     MapError::NotAnObject("a Debezium event needs an \"op\" field".into())
                 })?;
-            let (op, side) = match op.as_str() {
+            let (op, side) = match op.as_ref() {
                 "c" | "r" | "u" => (Op::Write, "after"),
                 "d" => (Op::Delete, "before"),
                 // No row and no key: nothing more of the event is read.
-                "t" => {
-                    return Ok(Decoded {
-                        op: Op::Truncate,
-                        doc: None,
-                        hints: None,
-                    })
-                }
+                "t" => return Ok(Decoded::without_row(Op::Truncate)),
                 other => {
                     return Err(MapError::Unsupported(format!(
                         "Debezium op {other:?} (only c, r, u, d and, with truncate, t are applied)"
@@ -193,14 +284,27 @@ pub fn decode<'a>(
                 ));
             }
             let hints = match schema {
-                Some(s) if s.get() != "null" => Some(cache.hints(s, Some(side))?),
-                _ => None,
+                Some(s) => Some(cache.hints(s, Some(side))?),
+                None => None,
             };
             Ok(Decoded {
                 op,
                 doc: doc.map(JsonRef::get),
                 hints,
+                unchecked: false,
             })
+        }
+    }
+}
+
+impl Decoded<'_> {
+    /// A record that gives no row document: a delete by key, a truncate, a raw value.
+    fn without_row(op: Op) -> Self {
+        Decoded {
+            op,
+            doc: None,
+            hints: None,
+            unchecked: false,
         }
     }
 }
@@ -240,20 +344,10 @@ struct Envelope<'a> {
 
 /// Reads the top-level fields an envelope can have in the same scan that validates the
 /// value; a value that is not an object (or not UTF-8) is read whole, as `parse_raw` reads it.
-/// Its nesting is bounded as every record's is; of a known envelope only the payload is
-/// scanned for it, the schema having been scanned when it was first seen.
-fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>, MapError> {
-    let too_deep = |json: &[u8], limit| {
-        if nests_deeper_than(json, limit) {
-            Err(MapError::TooDeep(MAX_JSON_DEPTH))
-        } else {
-            Ok(())
-        }
-    };
-    // JSON's own whitespace only (`trim_ascii` would also take a form feed, which JSON refuses).
-    let object = std::str::from_utf8(value)
+/// Its nesting is bounded as every record's is.
+fn read_envelope(value: &[u8]) -> Result<Envelope<'_>, MapError> {
+    let object = std::str::from_utf8(trim_json_space(value))
         .ok()
-        .map(|t| t.trim_matches([' ', '\t', '\n', '\r']))
         .filter(|t| t.starts_with('{'));
     let Some(text) = object else {
         too_deep(value, MAX_JSON_DEPTH)?;
@@ -264,16 +358,6 @@ fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>,
             event: [None; 3],
         });
     };
-    if let Some((schema, payload)) = cache.known_envelope(text) {
-        // One level down, inside the envelope.
-        too_deep(payload.get().as_bytes(), MAX_JSON_DEPTH - 1)?;
-        return Ok(Envelope {
-            top: JsonRef::written(text),
-            schema: Some(schema),
-            payload: Some(payload),
-            event: [None; 3],
-        });
-    }
     too_deep(text.as_bytes(), MAX_JSON_DEPTH)?;
     let [schema, payload, op, before, after] =
         pointer::fields(text, ["schema", "payload", "op", "before", "after"])
@@ -285,6 +369,15 @@ fn read_envelope<'a>(value: &'a [u8], cache: &HintCache) -> Result<Envelope<'a>,
         payload,
         event: [op, before, after],
     })
+}
+
+/// `TooDeep` where `json` nests deeper than `limit`.
+fn too_deep(json: &[u8], limit: usize) -> Result<(), MapError> {
+    if nests_deeper_than(json, limit) {
+        Err(MapError::TooDeep(MAX_JSON_DEPTH))
+    } else {
+        Ok(())
+    }
 }
 
 /// Validated but not built into a tree: only a few envelope fields are read, borrowed from
@@ -428,53 +521,127 @@ mod tests {
         let cache = HintCache::default();
         let schema = r#"{"type":"struct","fields":[{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"}]}"#;
         let record = |payload: &str| format!(r#"{{"schema":{schema},"payload":{payload}}}"#);
-        // The row document and the day's hint, owned.
+        // The row document, the day's hint and whether the document is still to be
+        // validated, owned.
+        let owned = |d: Decoded<'_>| {
+            let day = d.hints.and_then(|h| h.get("day").copied());
+            (d.doc.map(str::to_owned), day, d.unchecked)
+        };
         let read = |v: &str| {
-            decode(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(|d| {
-                let day = d.hints.and_then(|h| h.get("day").copied());
-                (d.doc.map(str::to_owned), day)
-            })
+            decode(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(owned)
+        };
+        let in_full = |v: &str| {
+            decode_in_full(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(owned)
         };
         let known = |v: &str| {
             cache
-                .known_envelope(v)
-                .map(|(s, p)| (s.get().to_owned(), p.get().to_owned()))
+                .known_envelope(v.as_bytes())
+                .map(|(s, p)| (s.to_string(), p.to_owned()))
         };
         let date = Some(Hint::Epoch(TimeUnit::Days));
         // Unknown at first: read in full, and the schema remembered.
         assert!(known(&record(r#"{"day":1}"#)).is_none());
         assert_eq!(
             read(&record(r#"{"day":1}"#)).unwrap(),
-            (Some(r#"{"day":1}"#.into()), date)
+            (Some(r#"{"day":1}"#.into()), date, false)
         );
-        // Now the same layout is found by comparing bytes, with the same answer.
+        // Now the same layout is found by comparing bytes, with the same answer, its payload
+        // left for the mapping to validate as it reads it.
         assert_eq!(
             known(&record(r#"{"day":2}"#)),
             Some((schema.to_owned(), r#"{"day":2}"#.to_owned()))
         );
         assert_eq!(
             read(&record(r#"{"day":2}"#)).unwrap(),
-            (Some(r#"{"day":2}"#.into()), date)
+            (Some(r#"{"day":2}"#.into()), date, true)
         );
-        // Whatever is not exactly that layout is read in full, as before: a field after the
-        // payload, spacing, a repeated payload, another schema.
+        // A field after the payload, or a second payload, looks known by position, but what
+        // it hands over is not one JSON value; read in full, they give the real payload.
         let extra = format!(r#"{{"schema":{schema},"payload":{{"day":3}},"x":1}}"#);
-        let spaced = format!(r#"{{"schema": {schema},"payload":{{"day":3}}}}"#);
         let twice = format!(r#"{{"schema":{schema},"payload":{{"day":3}},"payload":{{"day":4}}}}"#);
+        assert_eq!(
+            read(&extra).unwrap().0.as_deref(),
+            Some(r#"{"day":3},"x":1"#)
+        );
+        assert_eq!(
+            in_full(&extra).unwrap(),
+            (Some(r#"{"day":3}"#.into()), date, false)
+        );
+        assert_eq!(
+            in_full(&twice).unwrap(),
+            (Some(r#"{"day":4}"#.into()), date, false)
+        );
+        // Spacing or another schema is not the known layout at all.
+        let spaced = format!(r#"{{"schema": {schema},"payload":{{"day":3}}}}"#);
         let other = r#"{"schema":{"type":"struct","fields":[]},"payload":{"day":3}}"#;
-        for v in [&extra, &spaced, &twice, other] {
+        for v in [&spaced, other] {
             assert!(known(v).is_none(), "{v}");
+            assert!(!read(v).unwrap().2, "{v}");
         }
-        assert_eq!(read(&extra).unwrap().0.as_deref(), Some(r#"{"day":3}"#));
-        assert_eq!(read(&twice).unwrap().0.as_deref(), Some(r#"{"day":4}"#));
-        // A broken payload is still an error, and so is one nesting too deep with the
+        // A payload that is not UTF-8 is not taken by position either.
+        let mut latin1 = record(r#"{"day":"x"}"#).into_bytes();
+        let at = latin1.len() - 4;
+        latin1[at] = 0xe9;
+        assert!(cache.known_envelope(&latin1).is_none());
+        assert!(decode(RecordFormat::ConnectJson, Some(&latin1), false, &cache).is_err());
+        // A broken payload is an error read in full, and so is one nesting too deep with the
         // envelope around it, known schema or not.
-        assert!(read(&record(r#"{"day":}"#)).is_err());
+        assert!(in_full(&record(r#"{"day":}"#)).is_err());
         let nested = |n: usize| format!(r#"{{"d":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
         assert!(read(&record(&nested(MAX_JSON_DEPTH - 3))).is_ok());
         for deep in [record(&nested(MAX_JSON_DEPTH - 1)), nested(MAX_JSON_DEPTH)] {
             assert!(matches!(read(&deep), Err(MapError::TooDeep(_))), "{deep}");
         }
+    }
+
+    #[test]
+    fn a_known_debezium_envelope_is_read_once_and_a_malformed_one_in_full() {
+        let cache = HintCache::default();
+        let schema = r#"{"type":"struct","fields":[{"field":"after","type":"struct","fields":[{"field":"day","type":"int32","name":"io.debezium.time.Date"}]},{"field":"before","type":"struct","fields":[{"field":"at","type":"int64","name":"io.debezium.time.MicroTimestamp"}]}]}"#;
+        let event = |payload: &str| format!(r#"{{"schema":{schema},"payload":{payload}}}"#);
+        let read = |v: &str| {
+            decode(RecordFormat::Debezium, Some(v.as_bytes()), false, &cache).map(|d| {
+                let hints = d
+                    .hints
+                    .map(|h| (h.get("day").copied(), h.get("at").copied()));
+                (d.op, d.doc.map(str::to_owned), hints)
+            })
+        };
+        let after = Some((Some(Hint::Epoch(TimeUnit::Days)), None));
+        let before = Some((None, Some(Hint::Epoch(TimeUnit::Us))));
+        let create = |n: u32| {
+            event(&format!(
+                r#"{{"op":"c","after":{{"day":{n}}},"source":{{"x":"y"}}}}"#
+            ))
+        };
+        for n in 1..3 {
+            // The first read in full, the second known by its schema's bytes: the same answer.
+            assert_eq!(
+                read(&create(n)).unwrap(),
+                (Op::Write, Some(format!(r#"{{"day":{n}}}"#)), after)
+            );
+        }
+        assert!(cache.known_envelope(create(3).as_bytes()).is_some());
+        // The other side of the same schema has its own hints.
+        let delete = event(r#"{"op":"d","before":{"at":5},"after":null}"#);
+        assert_eq!(
+            read(&delete).unwrap(),
+            (Op::Delete, Some(r#"{"at":5}"#.into()), before)
+        );
+        // An escaped op is still an op.
+        let escaped = event(r#"{"op":"\u0063","after":{"day":4}}"#);
+        assert_eq!(read(&escaped).unwrap().0, Op::Write);
+        // What follows the payload decides, as when it is read in full; a broken event (in
+        // its `source`, which is not mapped) is an error.
+        let extra = format!(
+            r#"{{"schema":{schema},"payload":{{"op":"c","after":{{"day":5}}}},"payload":{{"op":"d","before":{{"at":6}}}}}}"#
+        );
+        assert_eq!(
+            read(&extra).unwrap(),
+            (Op::Delete, Some(r#"{"at":6}"#.into()), before)
+        );
+        let broken = event(r#"{"op":"c","after":{"day":5},"source":{"x":}}"#);
+        assert!(read(&broken).is_err());
     }
 
     #[test]

@@ -392,6 +392,62 @@ fn debezium_deletes_use_before_or_the_key() {
     assert_eq!(rows.deletes.as_ref().map(|d| d.buffer.rows()), Some(2));
 }
 
+/// A Connect record whose schema is the last one seen is read by position: its payload is
+/// validated as the row is read, and one that is not a single JSON value (more fields after
+/// it, a second payload) gives the row a full read gives, never a row from the wrong bytes.
+#[test]
+fn a_known_connect_schema_followed_by_more_than_the_payload_is_read_in_full() {
+    let m = mapper(
+        vec![
+            col("day", ColumnType::Date, true, false),
+            col("n", ColumnType::Int8, true, false),
+        ],
+        "format = \"connect-json\"",
+    );
+    let schema = r#"{"type":"struct","fields":[{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"},{"field":"n","type":"int64"}]}"#;
+    let row = |v: &str| encode(&m, v).map(|rows| fields(&rows));
+    let day = |d: i32| Some((d - 10957).to_be_bytes().to_vec());
+    let n = |n: i64| Some(n.to_be_bytes().to_vec());
+    for (value, want) in [
+        // The first, read in full; the schema is known from then on.
+        (
+            format!(r#"{{"schema":{schema},"payload":{{"day":19675,"n":1}}}}"#),
+            vec![day(19675), n(1)],
+        ),
+        (
+            format!(r#"{{"schema":{schema},"payload":{{"day":19676,"n":2}}}}"#),
+            vec![day(19676), n(2)],
+        ),
+        (
+            format!(r#"{{"schema":{schema},"payload":{{"day":19677,"n":3}},"x":{{"n":9}}}}"#),
+            vec![day(19677), n(3)],
+        ),
+        (
+            format!(
+                r#"{{"schema":{schema},"payload":{{"day":1,"n":4}},"payload":{{"day":19678,"n":5}}}}"#
+            ),
+            vec![day(19678), n(5)],
+        ),
+        // After those, the known path still answers.
+        (
+            format!(r#"{{"schema":{schema},"payload":{{"day":19679,"n":6}}}}"#),
+            vec![day(19679), n(6)],
+        ),
+    ] {
+        assert_eq!(row(&value).unwrap(), want, "{value}");
+    }
+    for broken in [
+        format!(r#"{{"schema":{schema},"payload":{{"day":19675,"n":}}}}"#),
+        format!(r#"{{"schema":{schema},"payload":{{"day":19675,"n":1}},"x":}}"#),
+        format!(r#"{{"schema":{schema},"payload":{{"day":19675,"n":1}}}}}}"#),
+    ] {
+        assert!(
+            matches!(row(&broken), Err(MapError::NotAnObject(_))),
+            "{broken}"
+        );
+    }
+}
+
 #[test]
 fn connect_decimals_and_dates_use_the_schema() {
     let m = TopicMapper::new(
@@ -439,6 +495,20 @@ proptest::proptest! {
                 proptest::prop_assert_eq!(rows.bytes(), before);
             }
         }
+    }
+
+    /// Counting openers only settles values that cannot nest deeper than the limit: on any
+    /// text of brackets, quotes and escapes (openers inside strings too) the answer is the
+    /// exact walk's.
+    #[test]
+    fn the_depth_prefilter_answers_as_the_exact_walk(
+        text in "[{}\\[\\]\"\\\\a]{0,60}",
+        limit in 0usize..10,
+    ) {
+        proptest::prop_assert_eq!(
+            encode::nests_deeper_than(text.as_bytes(), limit),
+            encode::nests_deeper_than_exactly(text.as_bytes(), limit)
+        );
     }
 
     #[test]
