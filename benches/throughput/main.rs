@@ -607,6 +607,18 @@ fn print_report(r: &Report) {
                 .unwrap_or_else(|| "-".into()),
         );
     }
+    let quarters: Vec<_> = r
+        .results
+        .iter()
+        .filter_map(|m| m.rss_quarters_mib.map(|q| (&m.name, q)))
+        .collect();
+    if !quarters.is_empty() {
+        println!("\nresident MiB over each drain, mean by quarter of progress (flat: memory does not follow the backlog)");
+        for (name, q) in quarters {
+            let q: Vec<String> = q.iter().map(|v| opt(*v, 1)).collect();
+            println!("{name:<34} {}", q.join(" / "));
+        }
+    }
     println!();
     for (name, ratio) in &r.ratios {
         println!("{name:<48} {ratio:>6.2}x");

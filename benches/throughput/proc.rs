@@ -2,12 +2,35 @@
 
 /// Peak resident set size (VmHWM) in bytes.
 pub fn peak_rss(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmHWM:")
+}
+
+/// Resident set size now (VmRSS) in bytes: sampled over a drain, it shows whether memory
+/// follows the backlog, which the peak of a longer run cannot (it is the highest of more
+/// samples).
+pub fn rss(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map(|kb| kb * 1024)
+}
+
+/// Mean resident MiB in each quarter of a drain, by progress (records committed), from
+/// `(committed, rss bytes)` samples; a quarter without samples is `None`.
+pub fn rss_by_quarter(samples: &[(u64, u64)], total: u64) -> [Option<f64>; 4] {
+    let mut sums = [(0f64, 0u32); 4];
+    for &(done, rss) in samples {
+        let q = ((done.saturating_mul(4)) / total.max(1)).min(3) as usize;
+        sums[q].0 += rss as f64 / (1024.0 * 1024.0);
+        sums[q].1 += 1;
+    }
+    sums.map(|(sum, n)| (n > 0).then(|| sum / f64::from(n)))
 }
 
 /// User + system CPU seconds.

@@ -38,6 +38,10 @@ pub struct Measurement {
     pub commit_p50_ms: Option<f64>,
     pub commit_p99_ms: Option<f64>,
     pub peak_rss_mib: Option<f64>,
+    /// Mean resident MiB in each quarter of the drain (sink scenarios): flat when memory
+    /// does not follow the backlog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_quarters_mib: Option<[Option<f64>; 4]>,
     pub cpu_seconds: Option<f64>,
     /// Rows/s from the first committed batch to the last (without start-up and group join).
     pub steady_rows_per_sec: Option<f64>,
@@ -460,6 +464,7 @@ pub async fn sink(
     let pid = child.id();
     let mut first_commit = None;
     let mut peak = 0u64;
+    let mut rss_samples = Vec::new();
     let deadline = started + Duration::from_secs(600 + n / 1000);
     let mut fairness: Option<Readout> = None;
     loop {
@@ -480,6 +485,10 @@ pub async fn sink(
             first_commit = Some(Instant::now());
         }
         peak = peak.max(proc::peak_rss(pid).unwrap_or(0));
+        // From the first commit on: start-up is not the drain.
+        if let (Some(_), Some(rss)) = (first_commit, proc::rss(pid)) {
+            rss_samples.push((done, rss));
+        }
         if done >= n {
             break;
         }
@@ -539,6 +548,7 @@ pub async fn sink(
         f
     });
     m.peak_rss_mib = Some(peak as f64 / (1024.0 * 1024.0));
+    m.rss_quarters_mib = Some(proc::rss_by_quarter(&rss_samples, n));
     m.cpu_seconds = cpu;
     // Too short a window (a tiny run drains between two polls) says nothing.
     m.steady_rows_per_sec = steady
