@@ -93,7 +93,13 @@ impl TopicMapper {
                 hints: None,
                 unchecked: false,
             },
-            _ => envelope::decode(self.format, value, self.delete_on_tombstone, &self.hints)?,
+            _ => envelope::decode(
+                self.format,
+                value,
+                self.delete_on_tombstone,
+                &self.hints,
+                envelope::Reading::Known,
+            )?,
         };
         if decoded.op == Op::Truncate {
             return self.encode_truncate(record, rows);
@@ -127,11 +133,12 @@ impl TopicMapper {
                 }
                 // A known envelope's payload, taken by position, that is not one JSON value:
                 // the record is not what it looked like, and is read like any other.
-                decoded = envelope::decode_in_full(
+                decoded = envelope::decode(
                     self.format,
                     value,
                     self.delete_on_tombstone,
                     &self.hints,
+                    envelope::Reading::InFull,
                 )?;
                 slots.fill(None);
                 if let Some(doc) = decoded.doc {

@@ -37,7 +37,7 @@ pub struct Decoded<'a> {
     pub hints: Option<Arc<Hints>>,
     /// `doc` is the payload of a known envelope, taken by position and not read yet: if it
     /// turns out not to be one JSON value, the record is not what it looked like and is
-    /// decoded again with `decode_in_full`.
+    /// decoded again, `Reading::InFull`.
     pub unchecked: bool,
 }
 
@@ -118,33 +118,14 @@ fn trim_json_space(value: &[u8]) -> &[u8] {
 
 /// Whether the value is to be read in full, or may first be tried as a known envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reading {
+pub enum Reading {
     Known,
     InFull,
 }
 
-/// Finds the row document in `value` as `format` lays it out.
+/// Finds the row document in `value` as `format` lays it out; `InFull` for a record whose
+/// `unchecked` payload turned out not to be one JSON value.
 pub fn decode<'a>(
-    format: RecordFormat,
-    value: Option<&'a [u8]>,
-    delete_on_tombstone: bool,
-    cache: &HintCache,
-) -> Result<Decoded<'a>, MapError> {
-    decode_as(format, value, delete_on_tombstone, cache, Reading::Known)
-}
-
-/// As `decode`, without trying the value as a known envelope: for a record whose `unchecked`
-/// payload turned out not to be one JSON value.
-pub fn decode_in_full<'a>(
-    format: RecordFormat,
-    value: Option<&'a [u8]>,
-    delete_on_tombstone: bool,
-    cache: &HintCache,
-) -> Result<Decoded<'a>, MapError> {
-    decode_as(format, value, delete_on_tombstone, cache, Reading::InFull)
-}
-
-fn decode_as<'a>(
     format: RecordFormat,
     value: Option<&'a [u8]>,
     delete_on_tombstone: bool,
@@ -187,7 +168,7 @@ fn decode_as<'a>(
         RecordFormat::ConnectJson => {
             if let Some((schema, payload)) = known {
                 if payload == "null" {
-                    return decode(format, None, delete_on_tombstone, cache);
+                    return decode(format, None, delete_on_tombstone, cache, reading);
                 }
                 return Ok(Decoded {
                     op: Op::Write,
@@ -204,7 +185,9 @@ fn decode_as<'a>(
             } = read_envelope(value)?;
             match payload {
                 // JsonConverter writes a null value as {"schema": null, "payload": null}.
-                Some(p) if p.get() == "null" => decode(format, None, delete_on_tombstone, cache),
+                Some(p) if p.get() == "null" => {
+                    decode(format, None, delete_on_tombstone, cache, reading)
+                }
                 Some(p) => {
                     let hints = match schema {
                         Some(s) if s.get() != "null" => Some(cache.hints(s, None)?),
@@ -239,7 +222,13 @@ fn decode_as<'a>(
                             (Some(JsonRef::written(&known_schema)), fields)
                         }
                         Err(_) => {
-                            return decode_in_full(format, Some(value), delete_on_tombstone, cache)
+                            return decode(
+                                format,
+                                Some(value),
+                                delete_on_tombstone,
+                                cache,
+                                Reading::InFull,
+                            )
                         }
                     }
                 }
@@ -466,25 +455,53 @@ mod tests {
     fn debezium_events_become_writes_and_deletes() {
         let cache = HintCache::default();
         let create = br#"{"before":null,"after":{"id":1,"n":"a"},"op":"c","source":{}}"#;
-        let d = decode(RecordFormat::Debezium, Some(create), false, &cache).unwrap();
+        let d = decode(
+            RecordFormat::Debezium,
+            Some(create),
+            false,
+            &cache,
+            Reading::Known,
+        )
+        .unwrap();
         assert_eq!((d.op, d.doc), (Op::Write, Some(r#"{"id":1,"n":"a"}"#)));
         let delete = br#"{"schema":{"type":"struct","fields":[{"field":"before","type":"struct","fields":[{"field":"day","type":"int32","name":"io.debezium.time.Date"}]}]},
                           "payload":{"before":{"id":1},"after":null,"op":"d"}}"#;
-        let d = decode(RecordFormat::Debezium, Some(delete), false, &cache).unwrap();
+        let d = decode(
+            RecordFormat::Debezium,
+            Some(delete),
+            false,
+            &cache,
+            Reading::Known,
+        )
+        .unwrap();
         assert_eq!((d.op, d.doc), (Op::Delete, Some(r#"{"id":1}"#)));
         assert_eq!(
             d.hints.unwrap().get("day"),
             Some(&Hint::Epoch(TimeUnit::Days))
         );
-        let tombstone = decode(RecordFormat::Debezium, None, false, &cache).unwrap();
+        let tombstone =
+            decode(RecordFormat::Debezium, None, false, &cache, Reading::Known).unwrap();
         assert_eq!(tombstone.op, Op::Delete);
         // Whether a truncate may apply is the topic's setting, decided by the mapper.
         let truncate = br#"{"op":"t","before":null,"after":null}"#;
-        let t = decode(RecordFormat::Debezium, Some(truncate), false, &cache).unwrap();
+        let t = decode(
+            RecordFormat::Debezium,
+            Some(truncate),
+            false,
+            &cache,
+            Reading::Known,
+        )
+        .unwrap();
         assert_eq!((t.op, t.doc), (Op::Truncate, None));
         let message = br#"{"op":"m"}"#;
         assert!(matches!(
-            decode(RecordFormat::Debezium, Some(message), false, &cache),
+            decode(
+                RecordFormat::Debezium,
+                Some(message),
+                false,
+                &cache,
+                Reading::Known
+            ),
             Err(MapError::Unsupported(_))
         ));
     }
@@ -493,7 +510,14 @@ mod tests {
     fn connect_envelopes_give_the_payload_and_schema_hints() {
         let cache = HintCache::default();
         let v = br#"{"schema":{"type":"struct","fields":[{"field":"price","type":"bytes","name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"}}]},"payload":{"price":"MDk="}}"#;
-        let d = decode(RecordFormat::ConnectJson, Some(v), false, &cache).unwrap();
+        let d = decode(
+            RecordFormat::ConnectJson,
+            Some(v),
+            false,
+            &cache,
+            Reading::Known,
+        )
+        .unwrap();
         assert_eq!(d.doc, Some(r#"{"price":"MDk="}"#));
         assert_eq!(
             d.hints.unwrap().get("price"),
@@ -501,17 +525,25 @@ mod tests {
         );
         let plain = br#"{"price":1}"#;
         assert_eq!(
-            decode(RecordFormat::ConnectJson, Some(plain), false, &cache)
-                .unwrap()
-                .doc,
+            decode(
+                RecordFormat::ConnectJson,
+                Some(plain),
+                false,
+                &cache,
+                Reading::Known
+            )
+            .unwrap()
+            .doc,
             Some(r#"{"price":1}"#)
         );
         assert!(matches!(
-            decode(RecordFormat::Json, None, false, &cache),
+            decode(RecordFormat::Json, None, false, &cache, Reading::Known),
             Err(MapError::Tombstone)
         ));
         assert_eq!(
-            decode(RecordFormat::Json, None, true, &cache).unwrap().op,
+            decode(RecordFormat::Json, None, true, &cache, Reading::Known)
+                .unwrap()
+                .op,
             Op::Delete
         );
     }
@@ -528,10 +560,24 @@ mod tests {
             (d.doc.map(str::to_owned), day, d.unchecked)
         };
         let read = |v: &str| {
-            decode(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(owned)
+            decode(
+                RecordFormat::ConnectJson,
+                Some(v.as_bytes()),
+                false,
+                &cache,
+                Reading::Known,
+            )
+            .map(owned)
         };
         let in_full = |v: &str| {
-            decode_in_full(RecordFormat::ConnectJson, Some(v.as_bytes()), false, &cache).map(owned)
+            decode(
+                RecordFormat::ConnectJson,
+                Some(v.as_bytes()),
+                false,
+                &cache,
+                Reading::InFull,
+            )
+            .map(owned)
         };
         let known = |v: &str| {
             cache
@@ -583,7 +629,14 @@ mod tests {
         let at = latin1.len() - 4;
         latin1[at] = 0xe9;
         assert!(cache.known_envelope(&latin1).is_none());
-        assert!(decode(RecordFormat::ConnectJson, Some(&latin1), false, &cache).is_err());
+        assert!(decode(
+            RecordFormat::ConnectJson,
+            Some(&latin1),
+            false,
+            &cache,
+            Reading::Known
+        )
+        .is_err());
         // A broken payload is an error read in full, and so is one nesting too deep with the
         // envelope around it, known schema or not.
         assert!(in_full(&record(r#"{"day":}"#)).is_err());
@@ -600,7 +653,14 @@ mod tests {
         let schema = r#"{"type":"struct","fields":[{"field":"after","type":"struct","fields":[{"field":"day","type":"int32","name":"io.debezium.time.Date"}]},{"field":"before","type":"struct","fields":[{"field":"at","type":"int64","name":"io.debezium.time.MicroTimestamp"}]}]}"#;
         let event = |payload: &str| format!(r#"{{"schema":{schema},"payload":{payload}}}"#);
         let read = |v: &str| {
-            decode(RecordFormat::Debezium, Some(v.as_bytes()), false, &cache).map(|d| {
+            decode(
+                RecordFormat::Debezium,
+                Some(v.as_bytes()),
+                false,
+                &cache,
+                Reading::Known,
+            )
+            .map(|d| {
                 let hints = d
                     .hints
                     .map(|h| (h.get("day").copied(), h.get("at").copied()));
