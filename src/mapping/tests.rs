@@ -511,6 +511,36 @@ proptest::proptest! {
         );
     }
 
+    /// Whatever follows a known Connect schema, a mapper that has seen it (and takes the
+    /// payload by position) gives the row, or an error, that a mapper reading the record in
+    /// full gives.
+    #[test]
+    fn a_known_connect_envelope_maps_as_a_full_read_does(
+        payload in "(\\{\"n\":-?[0-9]{1,3}(,\"d\":[0-9]{1,5})?\\}|null|\\[\\]|\\{\"n\":|\\{\\}|7)",
+        tail in "(|,\"x\":1|,\"payload\":\\{\"n\":7\\}|\\}|,| |,\"x\":)",
+    ) {
+        let schema = r#"{"type":"struct","fields":[{"field":"n","type":"int64"},{"field":"d","type":"int32","name":"org.apache.kafka.connect.data.Date"}]}"#;
+        let new_mapper = || {
+            mapper(
+                vec![
+                    col("n", ColumnType::Int8, false, false),
+                    col("d", ColumnType::Date, false, false),
+                ],
+                "format = \"connect-json\"",
+            )
+        };
+        let warm = new_mapper();
+        let first = format!(r#"{{"schema":{schema},"payload":{{"n":1,"d":2}}}}"#);
+        encode(&warm, &first).unwrap();
+        let value = format!(r#"{{"schema":{schema},"payload":{payload}{tail}}}"#);
+        let known = encode(&warm, &value).map(|rows| fields(&rows));
+        let in_full = encode(&new_mapper(), &value).map(|rows| fields(&rows));
+        match (known, in_full) {
+            (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a, b, "{}", value),
+            (a, b) => proptest::prop_assert_eq!(a.is_ok(), b.is_ok(), "{}", value),
+        }
+    }
+
     #[test]
     fn arbitrary_json_objects_never_panic(
         fields in proptest::collection::vec(("[a-e]{1,2}", "(null|true|-?[0-9]{1,25}(\\.[0-9]{1,5})?|\"[^\"\\\\]{0,10}\"|\\[\\]|\\{\\})"), 0..6)
