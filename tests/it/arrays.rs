@@ -525,12 +525,7 @@ async fn protobuf_repeated_fields_land_in_array_columns() {
     )
     .await;
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("lists.proto"), PROTO).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.include_imports(true);
-    compiler.open_file("lists.proto").unwrap();
-    let pool = compiler.descriptor_pool();
+    let pool = crate::helpers::registry::compile_proto("lists.proto", PROTO);
     let mut m = DynamicMessage::new(pool.get_message_by_name("kps.arrays.Lists").unwrap());
     let list = |values: Vec<Proto>| Proto::List(values);
     m.set_field_by_name("id", Proto::I64(7));

@@ -101,12 +101,7 @@ message Account {{
 
 /// The schema compiled as the producer's serializer has it.
 fn proto_pool(source: &str) -> DescriptorPool {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("account.proto"), source).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.include_imports(true);
-    compiler.open_file("account.proto").unwrap();
-    compiler.descriptor_pool()
+    crate::helpers::registry::compile_proto("account.proto", source)
 }
 
 /// A message of a well-known or nested type with fields set.

@@ -46,12 +46,7 @@ message Order {
 
 /// Compiles the schema the way the sink will get it from the registry.
 fn pool() -> DescriptorPool {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("order.proto"), PROTO).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.include_imports(true);
-    compiler.open_file("order.proto").unwrap();
-    compiler.descriptor_pool()
+    crate::helpers::registry::compile_proto("order.proto", PROTO)
 }
 
 /// Order `i` as a message, and its row as PostgreSQL prints it.
@@ -290,11 +285,7 @@ async fn debezium_change_events_in_protobuf_with_protobuf_keys_reproduce_the_sou
         DEBEZIUM_PROTO,
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.proto"), DEBEZIUM_PROTO).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.open_file("d.proto").unwrap();
-    let pool = compiler.descriptor_pool();
+    let pool = crate::helpers::registry::compile_proto("d.proto", DEBEZIUM_PROTO);
     let message = |name: &str| {
         DynamicMessage::new(
             pool.get_message_by_name(&format!("dbserver1.inventory.products.{name}"))

@@ -749,12 +749,7 @@ async fn protobuf_durations_land_in_interval_columns() {
         PROTO,
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("span.proto"), PROTO).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.include_imports(true);
-    compiler.open_file("span.proto").unwrap();
-    let pool = compiler.descriptor_pool();
+    let pool = crate::helpers::registry::compile_proto("span.proto", PROTO);
     let duration = |seconds: i64, nanos: i32| {
         let mut d = DynamicMessage::new(
             pool.get_message_by_name("google.protobuf.Duration")

@@ -284,6 +284,36 @@ fn sparse_field(roll: u64, value: String) -> Option<Option<String>> {
     }
 }
 
+/// A record of `key` carrying each of `fields` (its JSON, and the text PostgreSQL gives back
+/// for it) as `sparse_field` rolls, with `row` set to what replaying it leaves.
+fn sparse_record(
+    key: u64,
+    partition: i32,
+    columns: &[&str],
+    fields: impl IntoIterator<Item = (String, String)>,
+    next: &mut impl FnMut() -> u64,
+    row: &mut [Option<String>],
+) -> RawRecord {
+    let mut json = vec![format!(r#""id":{key}"#)];
+    for (c, (value, text)) in fields.into_iter().enumerate() {
+        match sparse_field(next(), value) {
+            Some(Some(value)) => {
+                json.push(format!(r#""{}":{value}"#, columns[c]));
+                row[c] = Some(text);
+            }
+            Some(None) => {
+                json.push(format!(r#""{}":null"#, columns[c]));
+                row[c] = None;
+            }
+            None => {}
+        }
+    }
+    RawRecord {
+        key: Some(key.to_string().into_bytes()),
+        ..RawRecord::json(partition, &format!("{{{}}}", json.join(",")))
+    }
+}
+
 /// What a row of `sparse` holds, as text (arrays and documents as PostgreSQL prints them
 /// after the test's own normalisation).
 type SparseRow = [Option<String>; 6];
@@ -349,24 +379,9 @@ async fn sparse_upserts_and_deletes_keep_exactly_what_each_record_carried() {
             (format!("{}", i % 1000), format!("{}", i % 1000)),
         ];
         let row = expected.entry(key).or_insert_with(|| defaults.clone());
-        let mut json = vec![format!(r#""id":{key}"#)];
-        for (c, (value, text)) in fields.into_iter().enumerate() {
-            match sparse_field(next(), value) {
-                Some(Some(value)) => {
-                    json.push(format!(r#""{}":{value}"#, columns[c]));
-                    row[c] = Some(text);
-                }
-                Some(None) => {
-                    json.push(format!(r#""{}":null"#, columns[c]));
-                    row[c] = None;
-                }
-                None => {}
-            }
-        }
-        records.push(RawRecord {
-            key: Some(key.to_string().into_bytes()),
-            ..RawRecord::json(partition, &format!("{{{}}}", json.join(",")))
-        });
+        records.push(sparse_record(
+            key, partition, &columns, fields, &mut next, row,
+        ));
     }
     produce_raw(&producer(), &topic.name, &records).await;
     let (mut sink, address) = upsert_by_key_until_drained(&db, &topic, "sparse", 150).await;
@@ -478,24 +493,7 @@ async fn keys_seen_once_and_repeated_keys_in_one_batch_each_keep_what_their_reco
             (format!(r#"{{"i": {i}}}"#), format!(r#"{{"i": {i}}}"#)),
         ];
         let row = expected.entry(key).or_insert_with(|| defaults.clone());
-        let mut json = vec![format!(r#""id":{key}"#)];
-        for (c, (value, text)) in fields.into_iter().enumerate() {
-            match sparse_field(next(), value) {
-                Some(Some(value)) => {
-                    json.push(format!(r#""{}":{value}"#, columns[c]));
-                    row[c] = Some(text);
-                }
-                Some(None) => {
-                    json.push(format!(r#""{}":null"#, columns[c]));
-                    row[c] = None;
-                }
-                None => {}
-            }
-        }
-        records.push(RawRecord {
-            key: Some(key.to_string().into_bytes()),
-            ..RawRecord::json(0, &format!("{{{}}}", json.join(",")))
-        });
+        records.push(sparse_record(key, 0, &columns, fields, &mut next, row));
     }
     produce_raw(&producer(), &topic.name, &records).await;
     let (mut sink, address) = upsert_by_key_until_drained(&db, &topic, "mixed", 500).await;
