@@ -32,6 +32,9 @@ pub struct TableWrite {
     pub copies: Vec<StagedCopy>,
     /// Statements run after the copies (upsert merges and deletes).
     pub statements: Vec<String>,
+    /// Upserts that may all be new keys: the one staged copy, as a COPY straight into the
+    /// table, tried first (`writer::copy_first`).
+    pub plain: Option<PlainCopy>,
     /// Set when rows PostgreSQL rejects become dead letters instead of failing the batch.
     pub dead_letters: Option<DeadLetterTarget>,
     /// A partition whose rows from this offset on are left out: PostgreSQL refused the record
@@ -40,6 +43,14 @@ pub struct TableWrite {
     /// Schema changes (`auto_create`, `auto_evolve`) the rows need, run first in the
     /// transaction so they commit or roll back with the rows.
     pub ddl: Vec<crate::ddl::Step>,
+}
+
+/// An upsert write's staged rows as a COPY into the table itself: the columns its records
+/// carried, without the ordinal and mask.
+pub struct PlainCopy {
+    pub statement: String,
+    /// Per staged field, whether the table's COPY takes it.
+    pub fields: Vec<bool>,
 }
 
 /// One COPY stream of a table write.
@@ -282,6 +293,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         // Nothing staged: only a truncate, if anything.
         return unstaged(&table, topic, before, copies, dead_letters);
     }
+    let plain = plain_copy(&table, &rows.presence, has_deletes, &copies);
     let mut statements = Merge {
         table: &table,
         keys: &keys,
@@ -306,9 +318,39 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         before,
         copies,
         statements,
+        plain,
         dead_letters,
         left_out: None,
         ddl: Vec::new(),
+    })
+}
+
+/// The plain COPY of an upsert write, when one can stand for its merge: every record carried
+/// the same columns and none is a delete (a delete must come between the rows it separates).
+/// Those columns' COPY leaves the others to their defaults, as the merge's insert does.
+fn plain_copy(
+    table: &Table,
+    presence: &crate::mapping::Presence,
+    has_deletes: bool,
+    copies: &[StagedCopy],
+) -> Option<PlainCopy> {
+    let carried = presence.uniform()?;
+    let [_] = copies else { return None };
+    if has_deletes {
+        return None;
+    }
+    let all = table.columns.len() as u16;
+    let mut fields: Vec<bool> = (0..all).map(|c| carried.contains(&c)).collect();
+    // The ordinal and the mask.
+    fields.extend([false, false]);
+    // In the staged rows' order, the table's.
+    let names: Vec<String> = (0..all)
+        .filter(|&c| fields[c as usize])
+        .map(|c| quote_ident(&table.columns[c as usize].name))
+        .collect();
+    Some(PlainCopy {
+        statement: copy_statement(&table.qualified(), &names),
+        fields,
     })
 }
 
@@ -328,6 +370,7 @@ fn unstaged(
         before,
         copies,
         statements: Vec::new(),
+        plain: None,
         dead_letters,
         left_out: None,
         ddl: Vec::new(),
@@ -675,6 +718,44 @@ mod tests {
         // Only keys with several rows are folded; a key's single row is merged as it is.
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n > 1"));
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n = 1"));
+    }
+
+    /// Uniform upserts may go in by a COPY of the columns their records carried (a key-only
+    /// stream leaves `note` to its default); rows that differ, or a delete between them, need
+    /// the merge.
+    #[test]
+    fn uniform_upserts_have_a_plain_copy_of_what_they_carried() {
+        let t: Arc<str> = "t".into();
+        let m = mapper("t", "t", 5, "mode = \"upsert\"\ndelete_on_tombstone = true");
+        let mut open = OpenBatch::default();
+        let plain = |open: &mut OpenBatch, next| {
+            let batch = open.seal(1, vec![advance("t", next)]);
+            batch.writes[0]
+                .plain
+                .as_ref()
+                .map(|p| (p.statement.clone(), p.fields.clone()))
+        };
+        add(&mut open, 0, &m, &t, 0, r#"{"id":1,"note":"x"}"#).unwrap();
+        add(&mut open, 0, &m, &t, 1, r#"{"id":2,"note":null}"#).unwrap();
+        assert_eq!(
+            plain(&mut open, 2),
+            Some((
+                r#"COPY "public"."t" ("id", "note") FROM STDIN (FORMAT binary)"#.to_string(),
+                vec![true, true, false, false]
+            ))
+        );
+        add(&mut open, 0, &m, &t, 2, r#"{"id":1}"#).unwrap();
+        add(&mut open, 0, &m, &t, 3, r#"{"id":2}"#).unwrap();
+        assert_eq!(
+            plain(&mut open, 4),
+            Some((
+                r#"COPY "public"."t" ("id") FROM STDIN (FORMAT binary)"#.to_string(),
+                vec![true, false, false, false]
+            ))
+        );
+        add(&mut open, 0, &m, &t, 4, r#"{"id":1}"#).unwrap();
+        add(&mut open, 0, &m, &t, 5, r#"{"id":2,"note":"y"}"#).unwrap();
+        assert_eq!(plain(&mut open, 6), None);
     }
 
     /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a

@@ -13,6 +13,9 @@ pub const RECORDS_CONSUMED: &str = "kafka_pg_sink_records_consumed_total";
 pub const ROWS_WRITTEN: &str = "kafka_pg_sink_rows_written_total";
 /// Batch transactions committed; with the failures, the commit success rate.
 pub const BATCHES_COMMITTED: &str = "kafka_pg_sink_batches_committed_total";
+/// Upsert writes of a table that went in by a plain COPY (every key new) instead of the
+/// merge, by table: flat on a stream of updates, one per batch on a stream of new keys.
+pub const UPSERTS_COPIED: &str = "kafka_pg_sink_upserts_copied_total";
 /// Failed transactions by reason: `transient` and `fenced` heal; `rejected` needs a person.
 pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
 /// Commits the offset fence refused: another owner, or a position moved by `offsets reset`.
@@ -72,6 +75,10 @@ fn describe() {
         "Rows committed (inserted, upserted or deleted), by table"
     );
     describe_counter!(BATCHES_COMMITTED, "Batch transactions committed");
+    describe_counter!(
+        UPSERTS_COPIED,
+        "Upsert writes of a table made by a plain COPY because every key was new, by table"
+    );
     describe_counter!(
         BATCH_FAILURES,
         "Batch transactions that failed and were retried after a rewind, by reason"

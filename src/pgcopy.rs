@@ -160,6 +160,43 @@ impl CopyData {
     }
 }
 
+/// The rows of a COPY stream with only the fields `keep` marks, by position, as a stream of
+/// their own: an upsert staging row (every column, then its ordinal and presence mask) as the
+/// table's own COPY of the carried columns reads it. `None` when the stream is not rows of
+/// `keep.len()` fields, which only a bug upstream could make.
+pub fn project(stream: &[u8], keep: &[bool]) -> Option<Bytes> {
+    let mut rest = stream.strip_prefix(HEADER)?;
+    let kept = keep.iter().filter(|&&k| k).count();
+    let mut out = BytesMut::with_capacity(stream.len());
+    out.put_slice(HEADER);
+    loop {
+        let (count, fields) = rest.split_first_chunk::<2>()?;
+        let count = i16::from_be_bytes(*count);
+        rest = fields;
+        if count == -1 {
+            break;
+        }
+        if count as usize != keep.len() {
+            return None;
+        }
+        out.put_i16(kept as i16);
+        for &wanted in keep {
+            let (len, after) = rest.split_first_chunk::<4>()?;
+            // NULL (-1) has no bytes.
+            let size = 4 + i32::from_be_bytes(*len).max(0) as usize;
+            if rest.len() < size {
+                return None;
+            }
+            if wanted {
+                out.put_slice(&rest[..size]);
+            }
+            rest = &after[size - 4..];
+        }
+    }
+    out.put_slice(&TRAILER);
+    rest.is_empty().then(|| out.freeze())
+}
+
 /// Where a row started, so a failed row can be undone.
 #[derive(Debug, Clone, Copy)]
 pub struct RowMark(usize);
@@ -341,6 +378,44 @@ mod tests {
             [HEADER, &row(b"c"), &TRAILER].concat().as_slice()
         );
         assert_eq!(data.subset_where(0, 3, |_| true), data.data);
+    }
+
+    #[test]
+    fn a_projection_keeps_the_marked_fields_of_every_row() {
+        let rows: [[Option<&[u8]>; 3]; 2] = [
+            [Some(b"k1"), None, Some(b"\x01")],
+            [Some(b"k2"), Some(b"value"), Some(b"")],
+        ];
+        let encode = |keep: [bool; 3]| {
+            let mut copy = CopyBuffer::new();
+            for row in &rows {
+                let fields: Vec<_> = row.iter().zip(keep).filter(|(_, k)| *k).collect();
+                let mark = copy.begin_row(fields.len());
+                for (field, _) in fields {
+                    match field {
+                        Some(v) => copy.bytes(v),
+                        None => copy.null(),
+                    }
+                }
+                copy.end_row(mark);
+            }
+            copy.finish()
+        };
+        let all = encode([true; 3]);
+        for keep in [
+            [true, true, false],
+            [true, false, true],
+            [false, true, false],
+        ] {
+            assert_eq!(project(&all, &keep), Some(encode(keep)), "{keep:?}");
+        }
+        assert_eq!(project(&all, &[true; 3]), Some(all.clone()));
+        // Not rows of that many fields, or cut short: refused, never read past the end.
+        assert_eq!(project(&all, &[true; 2]), None);
+        assert_eq!(project(&all[..all.len() - 2], &[true; 3]), None);
+        assert_eq!(project(&all[..all.len() - 5], &[true; 3]), None);
+        assert_eq!(project(&[&all[..], b"x"].concat(), &[true; 3]), None);
+        assert_eq!(project(b"not a copy stream", &[true]), None);
     }
 
     /// Prints the binary numeric back as decimal text with exactly `dscale` fraction digits.

@@ -132,8 +132,9 @@ pub struct Table {
     pub skipped: Vec<String>,
     /// The primary key's columns, in key order; empty without one.
     pub primary_key: Vec<String>,
-    /// Column sets of every plain unique index (the primary key included): what
-    /// `ON CONFLICT (…)` can name.
+    /// Column sets of every plain unique index that is not deferrable (the primary key
+    /// included): what `ON CONFLICT (…)` can name, and what a COPY is checked against row by
+    /// row.
     pub unique_keys: Vec<Vec<String>>,
 }
 
@@ -234,14 +235,15 @@ SELECT a.attname::text,
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY a.attnum";
 
-/// Unique indexes without predicates or expressions, each as its column names in order.
+/// Unique indexes without predicates or expressions, each as whether it is the primary key,
+/// whether it is checked row by row (not deferrable), and its column names in order.
 const UNIQUE_KEYS_SQL: &str = "
-SELECT i.indisprimary, array_agg(a.attname::text ORDER BY k.ord)
+SELECT i.indisprimary, i.indimmediate, array_agg(a.attname::text ORDER BY k.ord)
   FROM pg_index i
   CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
  WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
- GROUP BY i.indexrelid, i.indisprimary
+ GROUP BY i.indexrelid, i.indisprimary, i.indimmediate
  ORDER BY i.indisprimary DESC, i.indexrelid";
 
 /// Reads a table's columns; names are bound as values, never spliced.
@@ -306,14 +308,14 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
             default_sql,
         });
     }
-    let keys: Vec<(bool, Vec<String>)> = sqlx::query_as(UNIQUE_KEYS_SQL)
+    let keys: Vec<(bool, bool, Vec<String>)> = sqlx::query_as(UNIQUE_KEYS_SQL)
         .bind(sqlx::postgres::types::Oid(oid as u32))
         .fetch_all(pool)
         .await?;
     let primary_key = keys
         .iter()
-        .find(|(primary, _)| *primary)
-        .map(|(_, cols)| cols.clone())
+        .find(|(primary, _, _)| *primary)
+        .map(|(_, _, cols)| cols.clone())
         .unwrap_or_default();
     Ok(Table {
         oid: oid as u32,
@@ -322,7 +324,12 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         columns,
         skipped,
         primary_key,
-        unique_keys: keys.into_iter().map(|(_, cols)| cols).collect(),
+        // A deferrable constraint cannot arbitrate `ON CONFLICT`.
+        unique_keys: keys
+            .into_iter()
+            .filter(|(_, immediate, _)| *immediate)
+            .map(|(_, _, cols)| cols)
+            .collect(),
     })
 }
 

@@ -71,23 +71,18 @@ impl Stats {
     }
 
     /// Records one committed batch: its rows per table and its dead letters.
-    pub fn committed_batch(
-        &self,
-        records: usize,
-        rows: usize,
-        transaction: Duration,
-        batch_age: Duration,
-        tables: &[(String, usize)],
-        dead_letters: usize,
-    ) {
-        self.committed(records, rows, transaction, batch_age);
-        Self::add(&self.dead_letters, dead_letters as u64);
+    pub fn committed_batch(&self, r: &crate::writer::WriteResult) {
+        self.committed(r.records, r.rows, r.transaction_time, r.batch_age);
+        Self::add(&self.dead_letters, r.dead_letters as u64);
         metrics::counter!(meters::BATCHES_COMMITTED).increment(1);
-        metrics::histogram!(meters::TRANSACTION_SECONDS).record(transaction.as_secs_f64());
-        metrics::histogram!(meters::RECORD_WAIT_SECONDS).record(batch_age.as_secs_f64());
-        metrics::counter!(meters::DEAD_LETTERS).increment(dead_letters as u64);
-        for (table, n) in tables {
+        metrics::histogram!(meters::TRANSACTION_SECONDS).record(r.transaction_time.as_secs_f64());
+        metrics::histogram!(meters::RECORD_WAIT_SECONDS).record(r.batch_age.as_secs_f64());
+        metrics::counter!(meters::DEAD_LETTERS).increment(r.dead_letters as u64);
+        for (table, n) in &r.tables {
             metrics::counter!(meters::ROWS_WRITTEN, "table" => table.clone()).increment(*n as u64);
+        }
+        for table in &r.copied {
+            metrics::counter!(meters::UPSERTS_COPIED, "table" => table.clone()).increment(1);
         }
     }
 

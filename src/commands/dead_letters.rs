@@ -349,7 +349,15 @@ async fn apply_replayed(
         ..write
     };
     Ok(
-        match writer::apply_table(tx, &write, staged, &mut unused).await {
+        match writer::apply_table(
+            tx,
+            &write,
+            staged,
+            &mut writer::CopyFirst::default(),
+            &mut unused,
+        )
+        .await
+        {
             Ok(()) => None,
             Err(e) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")

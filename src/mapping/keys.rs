@@ -33,7 +33,7 @@ pub(super) fn upsert_key_names(
     });
     if !indexed {
         return Err(format!(
-            "upsert key ({}) is not the primary key or a unique index of the table; ON CONFLICT needs one",
+            "upsert key ({}) is not the primary key or a unique index of the table that is not deferrable; ON CONFLICT needs one",
             names.join(", ")
         ));
     }

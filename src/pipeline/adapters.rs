@@ -190,14 +190,7 @@ pub(crate) struct Telemetry {
 impl Observer for Telemetry {
     fn observe(&self, event: Event<'_>) {
         match event {
-            Event::Committed(r) => self.stats.committed_batch(
-                r.records,
-                r.rows,
-                r.transaction_time,
-                r.batch_age,
-                &r.tables,
-                r.dead_letters,
-            ),
+            Event::Committed(r) => self.stats.committed_batch(r),
             Event::Failed(why) => self.stats.failed_batch(why),
             Event::Rebalanced { kind, owned } => {
                 self.health.set_assigned(owned);

@@ -302,6 +302,7 @@ impl FakeWriters {
             batch_age: Duration::from_millis(2),
             dead_letters: 0,
             tables: vec![("t".into(), rows)],
+            copied: Vec::new(),
             offsets: batch.offsets.clone(),
         }));
         true

@@ -21,11 +21,13 @@ use crate::config::PostgresSettings;
 use crate::offsets::{self, TopicPartition};
 use rdkafka::producer::FutureProducer;
 
+mod copy_first;
 mod errors;
 #[cfg(debug_assertions)]
 mod fault;
 mod transaction;
 
+pub(crate) use copy_first::CopyFirst;
 pub use transaction::apply_table;
 use transaction::{write, Written};
 
@@ -73,6 +75,8 @@ pub struct WriteResult {
     pub dead_letters: usize,
     /// Rows committed per table (rows that became dead letters excluded).
     pub tables: Vec<(String, usize)>,
+    /// Tables whose upserts were written by a plain COPY instead of the merge.
+    pub copied: Vec<String>,
     /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
@@ -161,6 +165,8 @@ struct Session {
     conn: PgConnection,
     /// Staging tables created on this connection (temporary tables live per session).
     staged: HashSet<String>,
+    /// Which tables' upserts try a plain COPY first.
+    first: CopyFirst,
 }
 
 /// One batch at a time, in order, so a lane's partitions commit in sequence; every batch gets a
@@ -203,6 +209,7 @@ async fn run(
             batch_age: batch.opened_at.elapsed(),
             dead_letters: written.dead_letters,
             tables: written.tables,
+            copied: written.copied,
             offsets: batch.offsets.clone(),
         };
         if results.send(WriterEvent::Done(result)).is_err() {

@@ -7,8 +7,8 @@ use std::collections::{HashSet, VecDeque};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use super::errors::{classify, describe_db_error, is_row_error};
-use super::{Outcome, Session, WriterConfig};
-use crate::batch::{Batch, TableWrite};
+use super::{CopyFirst, Outcome, Session, WriterConfig};
+use crate::batch::{Batch, PlainCopy, StagedCopy, TableWrite};
 use crate::config::SessionRole;
 use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, TopicPartition};
@@ -19,6 +19,8 @@ pub(super) struct Written {
     pub(super) dead_letters: usize,
     /// Rows per table, without the rows PostgreSQL refused and that became dead letters.
     pub(super) tables: Vec<(String, usize)>,
+    /// Tables whose upserts went in by a plain COPY.
+    pub(super) copied: Vec<String>,
     /// The record the batch was committed without.
     refused: Option<Refused>,
 }
@@ -53,7 +55,12 @@ pub(super) async fn write(
         Err(outcome @ Outcome::Permanent(_)) => outcome,
         done => return done,
     };
-    let Some(Session { conn, staged }) = session.as_mut() else {
+    let Some(Session {
+        conn,
+        staged,
+        first,
+    }) = session.as_mut()
+    else {
         return Err(failed);
     };
     if batch.writes.iter().all(|w| w.dead_letters.is_some()) {
@@ -61,7 +68,7 @@ pub(super) async fn write(
     }
     // The failed transaction took the staging tables it created with it.
     staged.clear();
-    let refused = match find_refused(conn, staged, batch).await {
+    let refused = match find_refused(conn, staged, first, batch).await {
         Ok(Some(refused)) => refused,
         Ok(None) => return Err(failed),
         Err(e) => return Err(classify(e)),
@@ -95,6 +102,7 @@ pub(super) async fn write(
 async fn find_refused(
     conn: &mut PgConnection,
     staged: &mut HashSet<String>,
+    first: &mut CopyFirst,
     batch: &Batch,
 ) -> Result<Option<Refused>, sqlx::Error> {
     let mut tx = conn.begin().await?;
@@ -109,7 +117,7 @@ async fn find_refused(
     let mut dead = Vec::new();
     let mut found = None;
     for write in &batch.writes {
-        found = apply_rows(&mut tx, write, staged, &mut dead, true).await?;
+        found = apply_rows(&mut tx, write, staged, first, &mut dead, true).await?;
         if found.is_some() {
             break;
         }
@@ -155,9 +163,15 @@ async fn transact(
         *session = Some(Session {
             conn: connected,
             staged: HashSet::new(),
+            first: CopyFirst::default(),
         });
     }
-    let Session { conn, staged } = session.as_mut().expect("connected above");
+    let Session {
+        conn,
+        staged,
+        first,
+    } = session.as_mut().expect("connected above");
+    first.take_copied();
     let mut tx = conn.begin().await.map_err(classify)?;
     let deferred = defers_constraints(batch);
     if deferred {
@@ -182,7 +196,7 @@ async fn transact(
     let mut tables = Vec::with_capacity(batch.writes.len());
     for write in &batch.writes {
         let before = dead.len();
-        apply_table(&mut tx, write, staged, &mut dead)
+        apply_table(&mut tx, write, staged, first, &mut dead)
             .await
             .map_err(classify)?;
         // A refused row became a dead letter instead of a row.
@@ -207,6 +221,7 @@ async fn transact(
     Ok(Written {
         dead_letters: dead.len(),
         tables,
+        copied: first.take_copied(),
         refused: None,
     })
 }
@@ -265,10 +280,11 @@ pub async fn apply_table(
     conn: &mut PgConnection,
     write: &TableWrite,
     staged: &mut HashSet<String>,
+    first: &mut CopyFirst,
     dead: &mut Vec<DeadLetter>,
 ) -> Result<(), sqlx::Error> {
     // Only a search returns a refused row; otherwise it is an error.
-    apply_rows(conn, write, staged, dead, false)
+    apply_rows(conn, write, staged, first, dead, false)
         .await
         .map(|_| ())
 }
@@ -279,6 +295,7 @@ async fn apply_rows(
     conn: &mut PgConnection,
     write: &TableWrite,
     staged: &mut HashSet<String>,
+    first: &mut CopyFirst,
     dead: &mut Vec<DeadLetter>,
     search: bool,
 ) -> Result<Option<Refused>, sqlx::Error> {
@@ -301,14 +318,14 @@ async fn apply_rows(
     }
     let (lo, hi) = write.span();
     if write.dead_letters.is_none() && !search {
-        return apply_range(conn, write, lo, hi).await.map(|()| None);
+        return apply_range(conn, write, first, lo, hi).await.map(|()| None);
     }
     let mut ranges = VecDeque::from([(lo, hi)]);
     while let Some((lo, hi)) = ranges.pop_front() {
         sqlx::query("SAVEPOINT kps_rows")
             .execute(&mut *conn)
             .await?;
-        match apply_range(conn, write, lo, hi).await {
+        match apply_range(conn, write, first, lo, hi).await {
             Ok(()) => {
                 sqlx::query("RELEASE SAVEPOINT kps_rows")
                     .execute(&mut *conn)
@@ -350,25 +367,27 @@ async fn apply_rows(
     Ok(None)
 }
 
-/// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements.
+/// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements; or, for
+/// upserts that may all be new keys, copies them straight into the table if it takes them.
 async fn apply_range(
     conn: &mut PgConnection,
     write: &TableWrite,
+    first: &mut CopyFirst,
     lo: i64,
     hi: i64,
 ) -> Result<(), sqlx::Error> {
-    for staged in &write.copies {
-        let from = staged.ordinals.partition_point(|&o| o < lo);
-        let to = staged.ordinals.partition_point(|&o| o < hi);
-        if from == to {
-            continue;
+    if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
+        if first.should_try(&write.table) {
+            if copy_plainly(conn, write, plain, staged, lo, hi).await? {
+                first.copied(&write.table);
+                return Ok(());
+            }
+            first.refused(&write.table);
         }
-        let data = match write.left_out {
-            None => staged.data.subset(from, to),
-            Some(_) if !(from..to).any(|i| staged.keeps(i, write.left_out)) => continue,
-            Some(_) => staged
-                .data
-                .subset_where(from, to, |i| staged.keeps(i, write.left_out)),
+    }
+    for staged in &write.copies {
+        let Some(data) = range_data(write, staged, lo, hi) else {
+            continue;
         };
         let mut copy = conn.copy_in_raw(&staged.statement).await?;
         if let Err(e) = copy.send(data).await {
@@ -381,6 +400,72 @@ async fn apply_range(
         sqlx::query(statement).execute(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// The staged rows in `lo..hi` that the write keeps, as one COPY stream; `None` when there
+/// are none.
+fn range_data(write: &TableWrite, staged: &StagedCopy, lo: i64, hi: i64) -> Option<bytes::Bytes> {
+    let from = staged.ordinals.partition_point(|&o| o < lo);
+    let to = staged.ordinals.partition_point(|&o| o < hi);
+    if from == to {
+        return None;
+    }
+    match write.left_out {
+        None => Some(staged.data.subset(from, to)),
+        Some(_) if !(from..to).any(|i| staged.keeps(i, write.left_out)) => None,
+        Some(_) => Some(
+            staged
+                .data
+                .subset_where(from, to, |i| staged.keeps(i, write.left_out)),
+        ),
+    }
+}
+
+/// The plain COPY of `copy_first`, under a savepoint: `true` when the table took every row,
+/// `false` when PostgreSQL refused the COPY (taken back; the merge comes next). Only a lost
+/// connection is an error.
+async fn copy_plainly(
+    conn: &mut PgConnection,
+    write: &TableWrite,
+    plain: &PlainCopy,
+    staged: &StagedCopy,
+    lo: i64,
+    hi: i64,
+) -> Result<bool, sqlx::Error> {
+    let Some(data) = range_data(write, staged, lo, hi) else {
+        return Ok(true);
+    };
+    let Some(data) = crate::pgcopy::project(&data, &plain.fields) else {
+        return Ok(false);
+    };
+    sqlx::query("SAVEPOINT kps_plain")
+        .execute(&mut *conn)
+        .await?;
+    let copied = async {
+        let mut copy = conn.copy_in_raw(&plain.statement).await?;
+        if let Err(e) = copy.send(data).await {
+            let _ = copy.abort("send failed").await;
+            return Err(e);
+        }
+        copy.finish().await
+    }
+    .await;
+    match copied {
+        Ok(_) => {
+            sqlx::query("RELEASE SAVEPOINT kps_plain")
+                .execute(&mut *conn)
+                .await?;
+            Ok(true)
+        }
+        Err(sqlx::Error::Database(e)) => {
+            tracing::debug!(table = %write.table, error = %e, "upserts not all new keys: merging them");
+            sqlx::query("ROLLBACK TO SAVEPOINT kps_plain")
+                .execute(&mut *conn)
+                .await?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -416,6 +501,7 @@ mod tests {
                 positions: positions.to_vec(),
             }],
             statements: Vec::new(),
+            plain: None,
             dead_letters: None,
             left_out: None,
             ddl: Vec::new(),

@@ -7,7 +7,7 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{ConfigFile, Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 const TYPED_TABLE: &str = "
@@ -492,6 +492,37 @@ async fn upsert_by_a_unique_index_that_is_not_the_primary_key() {
         .unwrap();
     let expected: Vec<(String, i32)> = (0..5).map(|c| (format!("c{c}"), 15 + c)).collect();
     assert_eq!(rows, expected);
+}
+
+/// A deferrable key cannot arbitrate `ON CONFLICT`, and a COPY would not be checked against
+/// it row by row: `check` refuses it as an upsert key and names why; the same table with the
+/// key not deferrable passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deferrable_key_is_refused_as_an_upsert_key() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE later (id bigint PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE, v int);
+             CREATE TABLE now (id bigint PRIMARY KEY, v int)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    for (table, refused) in [("later", true), ("now", false)] {
+        let mut config = SinkConfig::new(&db.url, &topic.name, table);
+        config.topic_settings = "mode = \"upsert\"".into();
+        config.metadata = String::new();
+        let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+        let said = format!("{}\n{}", out.stdout, out.stderr);
+        assert_eq!(out.status.success(), !refused, "{table}: {said}");
+        assert_eq!(
+            said.contains(
+                "is not the primary key or a unique index of the table that is not deferrable"
+            ),
+            refused,
+            "{table}: {said}"
+        );
+    }
 }
 
 /// A domain over an enum, a domain over a domain (NOT NULL on the inner one) and an array of

@@ -550,3 +550,156 @@ async fn upsert_by_key_until_drained(
     wait_drained(db, &config.group, topic, Duration::from_secs(120)).await;
     (sink, address)
 }
+
+/// A row of `fresh` as text: `seq`, `note`, `amount`, `at`, `doc`.
+type FreshRow = [Option<String>; 5];
+
+/// Upserts of keys the table does not hold go in by a plain COPY of the columns they carried
+/// (`note`, never carried at first, takes its default as the merge's insert gives it), and
+/// the COPY never stands for a merge it would differ from: batches that update rows, add new
+/// keys among them, or carry a new key twice are merged, the last record per key winning.
+/// Every column of every row is what replaying the records in order gives.
+#[tokio::test(flavor = "multi_thread")]
+async fn new_keys_go_in_by_a_plain_copy_and_the_rest_by_the_merge() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE fresh (id bigint PRIMARY KEY, seq bigint NOT NULL, note text DEFAULT 'none',
+                                 amount numeric(10,2), at timestamptz, doc jsonb)",
+        )
+        .await
+        .unwrap();
+    let topic = TestTopic::create(2).await;
+    let mut expected: BTreeMap<i64, FreshRow> = BTreeMap::new();
+    let mut records = Vec::new();
+    let mut add = |records: &mut Vec<RawRecord>, key: i64, seq: i64, note: bool| {
+        let amount = format!("{}.{:02}", seq % 997, seq % 100);
+        let at = format!("2026-12-02T10:{:02}:{:02}Z", seq % 60, key % 60);
+        let mut value = format!(
+            r#"{{"id":{key},"seq":{seq},"amount":"{amount}","at":"{at}","doc":{{"k":{key},"s":"\u00e9{seq}"}}"#
+        );
+        let row = expected
+            .entry(key)
+            .or_insert_with(|| [None, Some("none".into()), None, None, None]);
+        if note {
+            value.push_str(&format!(r#","note":"n{seq}""#));
+            row[1] = Some(format!("n{seq}"));
+        }
+        value.push('}');
+        row[0] = Some(seq.to_string());
+        row[2] = Some(amount);
+        row[3] = Some(format!("2026-12-02 10:{:02}:{:02}+00", seq % 60, key % 60));
+        row[4] = Some(format!(r#"{{"k": {key}, "s": "é{seq}"}}"#));
+        records.push(RawRecord::json((key % 2) as i32, &value));
+    };
+    // New keys only, none twice.
+    for key in 0..2_000 {
+        add(&mut records, key, key, false);
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "fresh");
+    config.max_records = 400;
+    config.metadata = String::new();
+    config.topic_settings = "mode = \"upsert\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    let address = sink.http_address();
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+    let copied_series = "kafka_pg_sink_upserts_copied_total{table=\"public.fresh\"}";
+    let counts = |address: &str| {
+        let metrics = parse_metrics(&get(address, "/metrics").1);
+        (
+            metric(&metrics, copied_series),
+            metric(&metrics, "kafka_pg_sink_batches_committed_total"),
+        )
+    };
+    let (copied, batches) = counts(&address);
+    assert!(
+        batches >= 5.0,
+        "2,000 records in batches of up to 400: {batches}"
+    );
+    assert_eq!(copied, batches, "every batch of new keys is copied");
+
+    // Updates of every key, new keys among them, and new keys that come twice, then a run
+    // of new keys again.
+    records.clear();
+    let mut seq = 10_000;
+    for i in 0..3_000 {
+        let key = match i % 3 {
+            0 => i % 2_000,
+            1 => 5_000 + i,
+            _ => 5_000 + i - 1,
+        };
+        add(&mut records, key, seq, i % 5 != 0);
+        seq += 1;
+    }
+    for key in 20_000..21_000 {
+        add(&mut records, key, seq, true);
+        seq += 1;
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
+
+    let rows: Vec<(i64, Vec<Option<String>>)> = sqlx::query_as(
+        "SELECT id, ARRAY[seq::text, note, amount::text, at::text, doc::text] FROM fresh ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let actual: BTreeMap<i64, FreshRow> = rows
+        .into_iter()
+        .map(|(id, row)| (id, row.try_into().expect("five columns")))
+        .collect();
+    assert_eq!(actual.len(), expected.len());
+    for (key, want) in &expected {
+        assert_eq!(actual.get(key), Some(want), "key {key}");
+    }
+    let (copied_after, batches_after) = counts(&address);
+    assert!(
+        copied_after - copied < batches_after - batches,
+        "batches that update rows are merged: {copied_after} copied of {batches_after}"
+    );
+    assert!(sink.stop().success());
+}
+
+/// A batch of new keys with deletes among them is merged, never copied: a key deleted after
+/// its record has no row, and one whose record follows its delete has the record's row.
+#[tokio::test(flavor = "multi_thread")]
+async fn new_keys_with_deletes_among_them_are_merged() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE churn (id int PRIMARY KEY, a text, b bigint DEFAULT 7)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    let mut expected: BTreeMap<i32, (Option<String>, Option<i64>)> = BTreeMap::new();
+    let mut records = Vec::new();
+    let delete = |key: i32| RawRecord {
+        key: Some(key.to_string().into_bytes()),
+        ..Default::default()
+    };
+    for key in 0..1_500 {
+        if key % 11 == 3 {
+            records.push(delete(key));
+        }
+        records.push(RawRecord {
+            key: Some(key.to_string().into_bytes()),
+            ..RawRecord::json(0, &format!(r#"{{"id":{key},"a":"a{key}"}}"#))
+        });
+        expected.insert(key, (Some(format!("a{key}")), Some(7)));
+        if key % 7 == 0 {
+            records.push(delete(key));
+            expected.remove(&key);
+        }
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let (mut sink, _) = upsert_by_key_until_drained(&db, &topic, "churn", 400).await;
+    let rows: Vec<(i32, Option<String>, Option<i64>)> =
+        sqlx::query_as("SELECT id, a, b FROM churn ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let actual: BTreeMap<i32, (Option<String>, Option<i64>)> =
+        rows.into_iter().map(|(id, a, b)| (id, (a, b))).collect();
+    assert_eq!(actual, expected);
+    assert!(sink.stop().success());
+}
