@@ -614,8 +614,8 @@ async fn new_keys_go_in_by_a_plain_copy_and_the_rest_by_the_merge() {
     };
     let (copied, batches) = counts(&address);
     assert!(
-        batches >= 5.0,
-        "2,000 records in batches of up to 400: {batches}"
+        batches >= 2.0,
+        "2,000 records in several batches: {batches}"
     );
     assert_eq!(copied, batches, "every batch of new keys is copied");
 
