@@ -293,7 +293,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         // Nothing staged: only a truncate, if anything.
         return unstaged(&table, topic, before, copies, dead_letters);
     }
-    let plain = plain_copy(&table, &rows.presence, has_deletes, &copies);
+    let plain = plain_copy(&table, &rows.presence, &copies);
     let mut statements = Merge {
         table: &table,
         keys: &keys,
@@ -326,19 +326,16 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
 }
 
 /// The plain COPY of an upsert write, when one can stand for its merge: every record carried
-/// the same columns and none is a delete (a delete must come between the rows it separates).
-/// Those columns' COPY leaves the others to their defaults, as the merge's insert does.
+/// the same columns and none is a delete (a delete must come between the rows it separates,
+/// and staged deletes are a second copy). Those columns' COPY leaves the others to their
+/// defaults, as the merge's insert does.
 fn plain_copy(
     table: &Table,
     presence: &crate::mapping::Presence,
-    has_deletes: bool,
     copies: &[StagedCopy],
 ) -> Option<PlainCopy> {
     let carried = presence.uniform()?;
     let [_] = copies else { return None };
-    if has_deletes {
-        return None;
-    }
     let all = table.columns.len() as u16;
     let mut fields: Vec<bool> = (0..all).map(|c| carried.contains(&c)).collect();
     // The ordinal and the mask.

@@ -377,29 +377,40 @@ async fn apply_range(
     hi: i64,
 ) -> Result<(), sqlx::Error> {
     if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
-        if first.should_try(&write.table) {
-            if copy_plainly(conn, write, plain, staged, lo, hi).await? {
-                first.copied(&write.table);
-                return Ok(());
+        // A range with no rows has nothing to copy, and no try to count.
+        if let Some(data) = range_data(write, staged, lo, hi) {
+            if first.should_try(&write.table) {
+                if copy_plainly(conn, write, plain, &data).await? {
+                    first.copied(&write.table);
+                    return Ok(());
+                }
+                first.refused(&write.table);
             }
-            first.refused(&write.table);
         }
     }
     for staged in &write.copies {
-        let Some(data) = range_data(write, staged, lo, hi) else {
-            continue;
-        };
-        let mut copy = conn.copy_in_raw(&staged.statement).await?;
-        if let Err(e) = copy.send(data).await {
-            let _ = copy.abort("send failed").await;
-            return Err(e);
+        if let Some(data) = range_data(write, staged, lo, hi) {
+            send_copy(conn, &staged.statement, data).await?;
         }
-        copy.finish().await?;
     }
     for statement in &write.statements {
         sqlx::query(statement).execute(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// One COPY stream, ended cleanly on the server if sending fails.
+async fn send_copy(
+    conn: &mut PgConnection,
+    statement: &str,
+    data: bytes::Bytes,
+) -> Result<(), sqlx::Error> {
+    let mut copy = conn.copy_in_raw(statement).await?;
+    if let Err(e) = copy.send(data).await {
+        let _ = copy.abort("send failed").await;
+        return Err(e);
+    }
+    copy.finish().await.map(|_| ())
 }
 
 /// The staged rows in `lo..hi` that the write keeps, as one COPY stream; `None` when there
@@ -421,37 +432,23 @@ fn range_data(write: &TableWrite, staged: &StagedCopy, lo: i64, hi: i64) -> Opti
     }
 }
 
-/// The plain COPY of `copy_first`, under a savepoint: `true` when the table took every row,
-/// `false` when PostgreSQL refused the COPY (taken back; the merge comes next). Only a lost
-/// connection is an error.
+/// The plain COPY of `copy_first` of the staged `data`, under a savepoint: `true` when the
+/// table took every row, `false` when PostgreSQL refused the COPY (taken back; the merge comes
+/// next). Only a lost connection is an error.
 async fn copy_plainly(
     conn: &mut PgConnection,
     write: &TableWrite,
     plain: &PlainCopy,
-    staged: &StagedCopy,
-    lo: i64,
-    hi: i64,
+    data: &[u8],
 ) -> Result<bool, sqlx::Error> {
-    let Some(data) = range_data(write, staged, lo, hi) else {
-        return Ok(true);
-    };
-    let Some(data) = crate::pgcopy::project(&data, &plain.fields) else {
+    let Some(data) = crate::pgcopy::project(data, &plain.fields) else {
         return Ok(false);
     };
     sqlx::query("SAVEPOINT kps_plain")
         .execute(&mut *conn)
         .await?;
-    let copied = async {
-        let mut copy = conn.copy_in_raw(&plain.statement).await?;
-        if let Err(e) = copy.send(data).await {
-            let _ = copy.abort("send failed").await;
-            return Err(e);
-        }
-        copy.finish().await
-    }
-    .await;
-    match copied {
-        Ok(_) => {
+    match send_copy(conn, &plain.statement, data).await {
+        Ok(()) => {
             sqlx::query("RELEASE SAVEPOINT kps_plain")
                 .execute(&mut *conn)
                 .await?;

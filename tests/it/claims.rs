@@ -347,6 +347,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
     ("After a refused COPY a table's upserts go straight to the merge for 1 batch, then 2, 4, … up to 64 after each further refusal (halving again after each COPY that goes through)", &["src/writer/copy_first.rs::refusals_double_the_wait_up_to_the_longest", "src/writer/copy_first.rs::copies_shorten_the_wait_again", "src/writer/copy_first.rs::tables_wait_on_their_own"]),
     ("`kafka_pg_sink_upserts_copied_total` counts the batches copied this way.", &["upsert::new_keys_go_in_by_a_plain_copy_and_the_rest_by_the_merge", "src/writer/copy_first.rs::copied_tables_are_taken_once_each"]),
     ("| `kafka_pg_sink_upserts_copied_total` | counter | `table` | upsert batches of a table written by a plain COPY because every key was new", &["upsert::new_keys_go_in_by_a_plain_copy_and_the_rest_by_the_merge"]),
+    ("whatever else PostgreSQL refuses is refused again by the merge, which reports it.", &["dead_letters::a_replay_in_upsert_mode_overwrites_a_newer_row_for_its_key", "rejected::a_refused_row_leaves_another_topic_of_the_batch_written"]),
     ("The upsert key must be the primary key or a unique index that is not `DEFERRABLE` (PostgreSQL's `ON CONFLICT` cannot use a deferrable one); `check` and startup refuse another.", &["mapping::a_deferrable_key_is_refused_as_an_upsert_key"]),
 ];
 

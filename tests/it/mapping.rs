@@ -496,7 +496,7 @@ async fn upsert_by_a_unique_index_that_is_not_the_primary_key() {
 
 /// A deferrable key cannot arbitrate `ON CONFLICT`, and a COPY would not be checked against
 /// it row by row: `check` refuses it as an upsert key and names why; the same table with the
-/// key not deferrable passes.
+/// key not deferrable passes; startup refuses it too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deferrable_key_is_refused_as_an_upsert_key() {
     let db = TestDb::migrated().await;
@@ -523,6 +523,24 @@ async fn a_deferrable_key_is_refused_as_an_upsert_key() {
             "{table}: {said}"
         );
     }
+    // Startup refuses it the same way: the sink exits naming it, before taking any record.
+    let mut config = SinkConfig::new(&db.url, &topic.name, "later");
+    config.topic_settings = "mode = \"upsert\"".into();
+    config.metadata = String::new();
+    let mut sink = Sink::start(&config, "sink");
+    let status = sink.wait_timeout(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{status:?}: {}",
+        sink.logs_tail(20)
+    );
+    assert!(
+        sink.logs().contains(
+            "is not the primary key or a unique index of the table that is not deferrable"
+        ),
+        "{}",
+        sink.logs_tail(20)
+    );
 }
 
 /// A domain over an enum, a domain over a domain (NOT NULL on the inner one) and an array of
