@@ -69,7 +69,9 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         ("group.id", kafka.group_id.clone()),
         ("enable.auto.commit", "false".into()),
         ("enable.auto.offset.store", "false".into()),
-        ("enable.partition.eof", "false".into()),
+        // The end of a partition's log, after its last record: a backlog's last batch is
+        // sealed there instead of waiting `batch.max_wait` (`Pipeline::on_end_of_partition`).
+        ("enable.partition.eof", "true".into()),
         // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog;
         // and when that bound is reached, fetch again soon rather than after the default 1 s,
         // which left the writers idle half of the time. The bound is per partition since each

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::context::SinkContext;
@@ -88,7 +88,7 @@ pub fn run(
         };
         let round = {
             let mut queues = ctx.queues();
-            turns.round(queues.all_mut(), |(_, queue)| {
+            turns.round(queues.all_mut(), |(tp, queue)| {
                 // As before every record: a stop takes nothing more, not even the rest of
                 // a turn (the consumer thread may just come back from waiting for a writer).
                 if shutdown.is_triggered() {
@@ -96,6 +96,12 @@ pub fn run(
                 }
                 match queue.poll(Duration::ZERO) {
                     None => Took::Empty,
+                    // Only a partition's own queue says which topic its end is in.
+                    Some(Err(KafkaError::PartitionEOF(_))) => {
+                        ctx.pipeline()
+                            .on_end_of_partition(&*consumer, tp, Instant::now());
+                        Took::Item
+                    }
                     Some(item) => match deliver(&consumer, &ctx, item) {
                         Ok(()) => Took::Item,
                         Err(Stop(f)) => {
@@ -199,6 +205,8 @@ fn deliver(
             };
             pipeline.on_record(&record);
         }
+        // From the shared queue, which names no topic: the gap check covers what it would.
+        Err(KafkaError::PartitionEOF(_)) => {}
         Err(e) => pipeline.on_consumer_error(consumer, &e),
     }
     if pipeline.has_fatal() {

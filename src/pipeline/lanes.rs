@@ -17,6 +17,9 @@ pub(crate) struct LaneState {
     /// Partitions with records (or gaps) in `open`.
     pub(crate) members: Vec<Key>,
     pub(crate) in_flight: usize,
+    /// The last batch was sealed full: the lane is working through a backlog, and its batch
+    /// need not wait `max_wait` once its partitions reach the end of their logs.
+    draining: bool,
     failures: u32,
     /// Set while the lane's partitions wait to be re-read and rewound.
     retry_at: Option<Instant>,
@@ -81,10 +84,24 @@ impl Lanes {
 
     /// A record was added; true when the batch reached a size limit and must be sealed.
     pub(crate) fn added(&mut self, lane: usize, bytes: usize) -> bool {
-        let open = &mut self.lanes[lane].open;
-        open.record_added(bytes);
-        open.records >= self.limits.max_records
-            || open.bytes as u64 >= self.limits.max_bytes.as_u64()
+        let l = &mut self.lanes[lane];
+        l.open.record_added(bytes);
+        let full = l.open.records >= self.limits.max_records
+            || l.open.bytes as u64 >= self.limits.max_bytes.as_u64();
+        l.draining |= full;
+        full
+    }
+
+    /// Whether the lane's last batch was sealed full (a backlog) and none was sealed by its
+    /// clock since.
+    pub(crate) fn is_draining(&self, lane: usize) -> bool {
+        self.lanes[lane].draining
+    }
+
+    /// The backlog is done (its partitions reached their ends) or records trickle in (a batch
+    /// waited its `max_wait`): the lane's batches wait for their clock again.
+    pub(crate) fn caught_up(&mut self, lane: usize) {
+        self.lanes[lane].draining = false;
     }
 
     /// The members of a lane's open batch, taken for sealing; `None` when there is nothing to

@@ -43,6 +43,9 @@ pub(crate) struct PartitionState {
     /// resets it when a fetch restarts, but an unassign is applied asynchronously, so until a
     /// record arrives or the position reads as unset once, it may still be the old one.
     pub(crate) position_trusted: bool,
+    /// The consumer reported the end of the partition's log after its last record: nothing
+    /// more is there to wait for.
+    pub(crate) at_end: bool,
 }
 
 impl PartitionState {
@@ -178,6 +181,7 @@ impl PartitionTable {
                 sealed_next: claim.next_offset,
                 open_last: None,
                 position_trusted: false,
+                at_end: false,
             },
         );
         start
@@ -204,7 +208,25 @@ impl PartitionTable {
             return false;
         };
         p.position_trusted = true;
+        p.at_end = false;
         p.open_last.replace(last).is_none()
+    }
+
+    /// The consumer reached the end of the partition's log: until its next record, the
+    /// partition has nothing more for its lane's open batch.
+    pub(crate) fn reached_end(&mut self, key: Key) {
+        if let Some(p) = self.parts.get_mut(&key) {
+            p.at_end = true;
+        }
+    }
+
+    /// Whether every partition of the lane that takes records is at the end of its log: the
+    /// lane's open batch can then only grow by records yet to be produced.
+    pub(crate) fn lane_at_end(&self, lane: usize) -> bool {
+        self.parts
+            .values()
+            .filter(|p| p.lane == lane && p.status == Status::Active)
+            .all(|p| p.at_end)
     }
 
     /// The sink stops at a record of this partition: nothing after it may be written.

@@ -910,6 +910,73 @@ fn an_offset_only_advance_moves_past_transaction_markers() {
     h.assert_written_once(0, 0..3);
 }
 
+/// A backlog's last batch does not wait `max_wait`: once every partition of its lane has
+/// reported the end of its log, the batch after a full one is sealed at once, with the
+/// transaction marker past the last record in its advance.
+#[test]
+fn a_backlogs_last_batch_is_sealed_when_its_partitions_reach_their_ends() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0, 1]);
+    h.deliver(0, 0..4); // full at 3 (a backlog), offset 3 open
+    assert_eq!(h.sent().len(), 1);
+    h.consumer.0.lock().unwrap().positions.insert(tp(0), 5); // a marker at 4
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    assert_eq!(h.sent().len(), 1, "partition 1 may still fill the batch");
+    h.deliver(1, 0..1);
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(1), h.clock);
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2, "sealed without a tick");
+    let next: Vec<(i32, i64)> = sent[1].2.iter().map(|a| (a.tp.partition, a.next)).collect();
+    assert!(next.contains(&(0, 5)) && next.contains(&(1, 1)), "{next:?}");
+    assert_eq!(sent[1].3.len(), 2, "{:?}", sent[1].3);
+    h.answer_all();
+    h.assert_written_once(0, 0..4);
+    h.assert_written_once(1, 0..1);
+    let db = h.db.lock().unwrap();
+    assert_eq!((db.next(0), db.next(1)), (Some(5), Some(1)));
+}
+
+/// Records that trickle in keep batching for `max_wait` at the end of their partition, and so
+/// does a lane after its backlog's last batch went: only a batch after a full one is sealed
+/// early.
+#[test]
+fn a_trickle_still_waits_for_max_wait_at_the_end_of_its_partition() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..2);
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    assert!(h.sent().is_empty(), "never full: a trickle");
+    h.tick();
+    assert_eq!(h.sent().len(), 1, "sealed by max_wait");
+    h.answer_all();
+    h.deliver(0, 2..6); // full at 3, offset 5 open
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    assert_eq!(h.sent().len(), 3, "the backlog's last batch");
+    h.answer_all();
+    h.deliver(0, 6..7);
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    assert_eq!(h.sent().len(), 3, "caught up: batching by the clock again");
+    h.tick();
+    h.answer_all();
+    assert_eq!(h.sent().len(), 4);
+    h.assert_written_once(0, 0..7);
+    assert_eq!(h.db.lock().unwrap().next(0), Some(7));
+}
+
+/// The end of a partition this process does not own (revoked meanwhile) changes nothing.
+#[test]
+fn the_end_of_a_partition_not_owned_is_ignored() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..4);
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(7), h.clock);
+    assert_eq!(h.sent().len(), 1);
+    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    assert_eq!(h.sent().len(), 2);
+    h.answer_all();
+    h.assert_written_once(0, 0..4);
+}
+
 /// A position left over from the previous assignment is not trusted: it would skip records.
 #[test]
 fn a_position_from_before_the_assignment_is_not_a_gap() {

@@ -167,7 +167,7 @@ async fn a_batch_closes_at_max_records() {
 
 /// A batch closes with the record that brings its payload (key and value bytes) to
 /// `max_bytes`: no batch is larger than that by more than its last record, and every batch
-/// but the last (closed by `max_wait`) reaches it.
+/// but the last (closed at the end of the partition) reaches it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_closes_at_max_bytes() {
     let db = TestDb::migrated().await;

@@ -158,6 +158,51 @@ async fn positions_reach_the_end_of_topics_written_by_transactional_producers() 
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
 }
 
+/// A backlog written by a transactional producer is committed to its end, the last markers
+/// included, without its last batch waiting `max_wait` (two minutes here): the sink seals it
+/// when every partition reports the end of its log. A record that trickles in afterwards
+/// waits in its open batch again, and every column arrives as produced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_commits_to_its_end_without_waiting_max_wait() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    let topic = TestTopic::create(2).await;
+    let transactional = tokio::task::spawn_blocking(transactional_producer)
+        .await
+        .unwrap();
+    // Not a multiple of the batch size: the last batch of each drain is partial.
+    let mut committed: Vec<i64> = (0..1_050).collect();
+    for ids in committed.chunks(350) {
+        transaction(&transactional, &topic, ids, true).await;
+    }
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.writers = 1;
+    config.max_records = 100;
+    config.max_wait_ms = 120_000;
+    let mut sink = Sink::start(&config, "sink");
+    // The end offsets are past the markers; half of max_wait is ample for 1,050 records.
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert_orders_are(&db, "orders", &committed).await;
+
+    // Caught up: a lone record waits for its batch's clock, so SIGTERM finds it still open.
+    produce_orders(&producer(), &topic, 1_050, 1_051).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(db.count("orders").await, 1_050, "committed before max_wait");
+    sink.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = sink
+        .wait_timeout(Duration::from_secs(30))
+        .expect("SIGTERM stops the sink");
+    assert!(status.success(), "{status:?}\n{}", sink.logs_tail(20));
+    committed.push(1_050);
+    assert_orders_are(&db, "orders", &committed).await;
+    let end: Vec<(i32, Option<i64>)> = topic
+        .end_offsets()
+        .into_iter()
+        .map(|(p, o)| (p, Some(o)))
+        .collect();
+    assert_eq!(db.stored_offsets(&config.group, &topic.name).await, end);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rewind_before_the_first_commit_under_latest_rereads_instead_of_skipping() {
     let db = TestDb::migrated().await;
