@@ -601,6 +601,12 @@ impl Harness {
         self.pipeline.on_tick(&self.consumer, self.clock);
     }
 
+    /// The consumer reports the end of partition `p`'s log.
+    fn end_of(&mut self, p: i32) {
+        self.pipeline
+            .on_end_of_partition(&self.consumer, &tp(p), self.clock);
+    }
+
     /// The writers answer everything queued, and the pipeline takes the answers in.
     fn answer_all(&mut self) {
         while self.answering.answer_one() {}
@@ -920,10 +926,10 @@ fn a_backlogs_last_batch_is_sealed_when_its_partitions_reach_their_ends() {
     h.deliver(0, 0..4); // full at 3 (a backlog), offset 3 open
     assert_eq!(h.sent().len(), 1);
     h.consumer.0.lock().unwrap().positions.insert(tp(0), 5); // a marker at 4
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    h.end_of(0);
     assert_eq!(h.sent().len(), 1, "partition 1 may still fill the batch");
     h.deliver(1, 0..1);
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(1), h.clock);
+    h.end_of(1);
     let sent = h.sent();
     assert_eq!(sent.len(), 2, "sealed without a tick");
     let next: Vec<(i32, i64)> = sent[1].2.iter().map(|a| (a.tp.partition, a.next)).collect();
@@ -944,17 +950,17 @@ fn a_trickle_still_waits_for_max_wait_at_the_end_of_its_partition() {
     let mut h = Harness::new(Setup::default());
     h.assign(&[0]);
     h.deliver(0, 0..2);
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    h.end_of(0);
     assert!(h.sent().is_empty(), "never full: a trickle");
     h.tick();
     assert_eq!(h.sent().len(), 1, "sealed by max_wait");
     h.answer_all();
     h.deliver(0, 2..6); // full at 3, offset 5 open
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    h.end_of(0);
     assert_eq!(h.sent().len(), 3, "the backlog's last batch");
     h.answer_all();
     h.deliver(0, 6..7);
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    h.end_of(0);
     assert_eq!(h.sent().len(), 3, "caught up: batching by the clock again");
     h.tick();
     h.answer_all();
@@ -969,9 +975,9 @@ fn the_end_of_a_partition_not_owned_is_ignored() {
     let mut h = Harness::new(Setup::default());
     h.assign(&[0]);
     h.deliver(0, 0..4);
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(7), h.clock);
+    h.end_of(7);
     assert_eq!(h.sent().len(), 1);
-    h.pipeline.on_end_of_partition(&h.consumer, &tp(0), h.clock);
+    h.end_of(0);
     assert_eq!(h.sent().len(), 2);
     h.answer_all();
     h.assert_written_once(0, 0..4);

@@ -95,6 +95,14 @@ impl TestTopic {
             })
             .collect()
     }
+
+    /// The end offsets as `kafka_offsets` holds them once everything is committed.
+    pub fn end_positions(&self) -> Vec<(i32, Option<i64>)> {
+        self.end_offsets()
+            .into_iter()
+            .map(|(p, o)| (p, Some(o)))
+            .collect()
+    }
 }
 
 impl Drop for TestTopic {

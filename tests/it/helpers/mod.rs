@@ -58,11 +58,7 @@ where
 
 /// Waits until the stored offset of every partition equals the topic's end offset.
 pub async fn wait_drained(db: &TestDb, group: &str, topic: &TestTopic, timeout: Duration) {
-    let end: Vec<(i32, Option<i64>)> = topic
-        .end_offsets()
-        .into_iter()
-        .map(|(p, o)| (p, Some(o)))
-        .collect();
+    let end = topic.end_positions();
     wait_until(
         "kafka_offsets to reach the end offsets",
         timeout,
