@@ -116,6 +116,7 @@ pub fn run(
             break;
         }
         if shared == 0 && round.idle() {
+            ctx.pipeline().on_idle();
             // Every queue was empty when polled, and each unparks this thread when it turns
             // non-empty: an unpark since then makes this return at once.
             std::thread::park_timeout(wait);

@@ -17,8 +17,9 @@ pub(crate) struct LaneState {
     /// Partitions with records (or gaps) in `open`.
     pub(crate) members: Vec<Key>,
     pub(crate) in_flight: usize,
-    /// The last batch was sealed full: the lane is working through a backlog, and its batch
-    /// need not wait `max_wait` once its partitions reach the end of their logs.
+    /// The last batch was sealed full and the consumer has had records to take since: the
+    /// lane is working through a backlog, and its batch need not wait `max_wait` once its
+    /// partitions reach the end of their logs (`ends`).
     draining: bool,
     failures: u32,
     /// Set while the lane's partitions wait to be re-read and rewound.
@@ -98,8 +99,9 @@ impl Lanes {
         self.lanes[lane].draining
     }
 
-    /// The backlog is done (its partitions reached their ends) or records trickle in (a batch
-    /// waited its `max_wait`): the lane's batches wait for their clock again.
+    /// The backlog is done (its partitions reached their ends, or the consumer ran out of
+    /// records to take) or records trickle in (a batch waited its `max_wait`): the lane's
+    /// batches wait for their clock again.
     pub(crate) fn caught_up(&mut self, lane: usize) {
         self.lanes[lane].draining = false;
     }

@@ -26,6 +26,7 @@ use crate::routing::Router;
 use crate::writer::SendError;
 
 pub(crate) mod adapters;
+mod ends;
 mod evolve;
 mod fatal;
 mod lanes;
@@ -468,40 +469,6 @@ impl Pipeline {
             self.seal_and_send(lane);
         }
         next
-    }
-
-    /// The consumer reached the end of `tp`'s log (librdkafka's partition EOF, which follows
-    /// the partition's last record in its queue). Offsets past the last record (a transaction's
-    /// marker) join the open batch at once rather than at the next gap check. And when the
-    /// lane was draining a backlog and every partition of the lane is now at its end,
-    /// the batch is sealed without waiting `max_wait`: nothing more is there to fill it, so
-    /// the wait would only delay the backlog's last commit. A trickle (batches sealed by their
-    /// clock) keeps batching for `max_wait`.
-    pub fn on_end_of_partition(
-        &mut self,
-        ctl: &dyn PartitionControl,
-        tp: &TopicPartition,
-        now: Instant,
-    ) {
-        let Some(key) = self.key_of(tp) else { return };
-        let Some(lane) = self.table.get(key).map(|p| p.lane) else {
-            return;
-        };
-        let position = ctl.positions(std::slice::from_ref(tp)).pop().flatten();
-        for gap in self.table.past_gaps(&[(key, position)]) {
-            if gap.joins {
-                self.lanes.join_gap(gap.lane, gap.key, now);
-            }
-        }
-        self.table.reached_end(key);
-        if self.lanes.is_draining(lane) && self.table.lane_at_end(lane) {
-            tracing::trace!(
-                lane,
-                "a backlog's last batch: sealed at the end of its partitions"
-            );
-            self.lanes.caught_up(lane);
-            self.seal_and_send(lane);
-        }
     }
 
     /// Seals everything open and waits until every writer is idle (shutdown, fatal errors).

@@ -969,6 +969,34 @@ fn a_trickle_still_waits_for_max_wait_at_the_end_of_its_partition() {
     assert_eq!(h.db.lock().unwrap().next(0), Some(7));
 }
 
+/// A burst that ends with a full batch, then a pause with nothing to take: a record after the
+/// pause is a trickle, and the end of its partition (which librdkafka may report only then)
+/// does not seal its batch early. A pause with records open, waiting for the ends to be
+/// reported, is still the backlog's end.
+#[test]
+fn after_the_consumer_ran_out_of_records_an_end_does_not_seal_early() {
+    let mut h = Harness::new(Setup::default());
+    h.assign(&[0]);
+    h.deliver(0, 0..3); // full: a backlog
+    h.pipeline.on_idle();
+    h.deliver(0, 3..4);
+    h.end_of(0);
+    assert_eq!(h.sent().len(), 1, "a trickle waits for max_wait");
+    h.tick();
+    h.answer_all();
+    assert_eq!(h.sent().len(), 2);
+    h.deliver(0, 4..8); // full again, offset 7 open
+    h.pipeline.on_idle();
+    h.end_of(0);
+    assert_eq!(
+        h.sent().len(),
+        4,
+        "the backlog's last batch, its end reported late"
+    );
+    h.answer_all();
+    h.assert_written_once(0, 0..8);
+}
+
 /// The end of a partition this process does not own (revoked meanwhile) changes nothing.
 #[test]
 fn the_end_of_a_partition_not_owned_is_ignored() {
