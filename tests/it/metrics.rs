@@ -204,10 +204,16 @@ async fn rows_written_counts_every_upserted_and_deleted_record() {
         .await
         .unwrap();
     assert_eq!(letters, dead as i64);
+    // The metrics follow the commits: the last batch's are counted once its result is read.
     wait_until(
         "the metrics to count the drain",
         Duration::from_secs(10),
-        || async { metric(&scrape(&address), "kafka_pg_sink_dead_letters_total") == dead as f64 },
+        || async {
+            let m = scrape(&address);
+            metric(&m, "kafka_pg_sink_dead_letters_total") == dead as f64
+                && metric(&m, "kafka_pg_sink_rows_written_total{table=\"public.kv\"}")
+                    >= applied as f64
+        },
     )
     .await;
     let m = scrape(&address);
