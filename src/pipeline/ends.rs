@@ -29,11 +29,7 @@ impl Pipeline {
             return;
         };
         let position = ctl.positions(std::slice::from_ref(tp)).pop().flatten();
-        for gap in self.table.past_gaps(&[(key, position)]) {
-            if gap.joins {
-                self.lanes.join_gap(gap.lane, gap.key, now);
-            }
-        }
+        self.join_gaps(&[(key, position)], now);
         self.table.reached_end(key);
         if self.lanes.is_draining(lane) && self.table.lane_at_end(lane) {
             tracing::trace!(

@@ -17,9 +17,9 @@ pub(crate) struct LaneState {
     /// Partitions with records (or gaps) in `open`.
     pub(crate) members: Vec<Key>,
     pub(crate) in_flight: usize,
-    /// The last batch was sealed full and the consumer has had records to take since: the
-    /// lane is working through a backlog, and its batch need not wait `max_wait` once its
-    /// partitions reach the end of their logs (`ends`).
+    /// A batch was sealed full and the lane has not been caught up since (`caught_up`): it is
+    /// working through a backlog, and its batch need not wait `max_wait` once its partitions
+    /// reach the end of their logs (`ends`).
     draining: bool,
     failures: u32,
     /// Set while the lane's partitions wait to be re-read and rewound.
@@ -93,8 +93,8 @@ impl Lanes {
         full
     }
 
-    /// Whether the lane's last batch was sealed full (a backlog) and none was sealed by its
-    /// clock since.
+    /// Whether the lane is working through a backlog: a batch was sealed full and the lane
+    /// has not been caught up since.
     pub(crate) fn is_draining(&self, lane: usize) -> bool {
         self.lanes[lane].draining
     }

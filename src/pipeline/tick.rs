@@ -63,7 +63,14 @@ impl Pipeline {
             .map(|(key, _)| *key)
             .zip(ctl.positions(&tps))
             .collect();
-        for gap in self.table.past_gaps(&positions) {
+        self.join_gaps(&positions, now);
+    }
+
+    /// Extends each partition's open range up to its consumer position where the position is
+    /// past offsets no record reached (`PartitionTable::past_gaps`); a partition with nothing
+    /// open joins its lane's batch, which starts that batch's clock.
+    pub(super) fn join_gaps(&mut self, positions: &[(Key, Option<i64>)], now: Instant) {
+        for gap in self.table.past_gaps(positions) {
             tracing::trace!(?gap, "advancing past offsets without records");
             if gap.joins {
                 self.lanes.join_gap(gap.lane, gap.key, now);
