@@ -94,8 +94,16 @@ impl ClientContext for SinkContext {
     /// poll loop stops the sink once they have lasted `kafka.auth_failure_timeout`. A failed
     /// TLS handshake (librdkafka's `SSL` code, e.g. a broker certificate the configured CA did
     /// not sign) is one too: retrying cannot fix a certificate either.
+    ///
+    /// The end of a partition is no error: rust-rdkafka passes every consumer event here
+    /// before the queue returns it, and `enable.partition.eof` makes one each time a
+    /// partition's last record is taken, which the poll loop handles.
     fn error(&self, error: KafkaError, reason: &str) {
         use rdkafka::types::RDKafkaErrorCode;
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::trace!(target: "librdkafka", "{reason}");
+            return;
+        }
         if matches!(
             error.rdkafka_error_code(),
             Some(
