@@ -19,7 +19,7 @@ use kafka_pg_sink::config::WriteMode;
 use serde::Serialize;
 
 use formats::{Encoder, Format};
-use scenarios::{Measurement, RegistryFormat, SinkRun, Trickle};
+use scenarios::{Measurement, RegistryFormat, RowOrder, SinkRun, Trickle};
 
 /// Measures the sink against binary COPY and against one transaction per record.
 #[derive(Debug, Parser)]
@@ -244,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
     let (mut ceiling, mut insert, mut by_format) = (None, None, Vec::new());
+    let mut in_topic_order = None;
     for round in 1..=rounds {
         if rounds > 1 {
             say(&format!("round {round} of {rounds}"));
@@ -251,7 +252,20 @@ async fn main() -> anyhow::Result<()> {
         ceiling = None;
         if wants("copy") {
             say("COPY ceiling");
-            ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload).await?);
+            ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload, RowOrder::Key).await?);
+            say("COPY, rows in topic order");
+            in_topic_order = Some(
+                scenarios::copy_ceiling(
+                    &url,
+                    &pool,
+                    n,
+                    payload,
+                    RowOrder::Topic {
+                        partitions: args.partitions,
+                    },
+                )
+                .await?,
+            );
         }
         // Each round's sink starts from the beginning: a consumer group of its own.
         let insert_group = format!("bench-insert-{round}");
@@ -322,7 +336,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             by_format.push((name, measured));
         }
-        per_round.push(format_ratios(&ceiling, &insert, &by_format));
+        let mut round_ratios = format_ratios(&ceiling, &insert, &by_format);
+        let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
+        if let (Some(c), Some(t), Some(i)) = (rate(&ceiling), rate(&in_topic_order), rate(&insert))
+        {
+            round_ratios.push(("COPY in topic order / COPY".to_string(), t / c));
+            round_ratios.push(("sink insert / COPY in topic order".to_string(), i / t));
+        }
+        per_round.push(round_ratios);
     }
     let mut ratios_extra = Vec::new();
     let mut upsert = None;
@@ -435,7 +456,10 @@ async fn main() -> anyhow::Result<()> {
         ratios.push(("sink insert / naive".to_string(), i / nv));
     }
     ratios.append(&mut ratios_extra);
-    let mut ordered: Vec<Measurement> = [ceiling, insert].into_iter().flatten().collect();
+    let mut ordered: Vec<Measurement> = [ceiling, in_topic_order, insert]
+        .into_iter()
+        .flatten()
+        .collect();
     ordered.extend(by_format.into_iter().map(|(_, m)| m));
     ordered.extend(upsert);
     ordered.append(&mut results);

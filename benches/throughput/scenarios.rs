@@ -91,12 +91,23 @@ async fn encode_rows(
     chunk: u64,
     mode: WriteMode,
 ) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
+    encode_rows_in(pool, n, 0..n, chunk, mode).await
+}
+
+/// `encode_rows` for the `n` orders `order` yields, in that order.
+async fn encode_rows_in(
+    pool: &PgPool,
+    n: u64,
+    order: impl Iterator<Item = u64>,
+    chunk: u64,
+    mode: WriteMode,
+) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
     let table = Arc::new(schema::describe(pool, "public", "bench_orders").await?);
     let mapper = TopicMapper::new(&topic_settings("bench", "bench_orders", mode)?, table)?;
     let mut chunks = Vec::new();
     let mut columns = Vec::new();
     let mut rows = mapper.new_rows();
-    for i in 0..n {
+    for (at, i) in order.enumerate() {
         let value = data::order(i);
         let record = RecordView {
             topic: "bench",
@@ -110,7 +121,8 @@ async fn encode_rows(
         mapper
             .encode(&record, &mut rows)
             .map_err(|e| anyhow::anyhow!("encoding order {i}: {e:?}"))?;
-        if (i + 1) % chunk == 0 || i + 1 == n {
+        let at = at as u64;
+        if (at + 1) % chunk == 0 || at + 1 == n {
             let full = std::mem::replace(&mut rows, mapper.new_rows());
             for rows in full.shapes {
                 columns = rows
@@ -131,9 +143,22 @@ pub async fn copy_ceiling(
     pool: &PgPool,
     n: u64,
     payload: u64,
+    order: RowOrder,
 ) -> anyhow::Result<Measurement> {
     pool.execute("TRUNCATE bench_orders").await?;
-    let (chunks, columns) = encode_rows(pool, n, 10_000, WriteMode::Insert).await?;
+    let (chunks, columns) = match order {
+        RowOrder::Key => encode_rows(pool, n, 10_000, WriteMode::Insert).await?,
+        RowOrder::Topic { partitions } => {
+            encode_rows_in(
+                pool,
+                n,
+                topic_order(n, partitions).into_iter(),
+                10_000,
+                WriteMode::Insert,
+            )
+            .await?
+        }
+    };
     let statement = format!(
         "COPY bench_orders ({}) FROM STDIN (FORMAT binary)",
         columns
@@ -165,9 +190,46 @@ pub async fn copy_ceiling(
         .fetch_one(pool)
         .await?;
     anyhow::ensure!(count as u64 == n, "COPY wrote {count} rows, expected {n}");
-    let mut m = Measurement::new("COPY ceiling (1 stream)", n, payload, elapsed);
+    let mut m = match order {
+        RowOrder::Key => Measurement::new("COPY ceiling (1 stream)", n, payload, elapsed),
+        RowOrder::Topic { .. } => {
+            Measurement::new("COPY, rows in topic order", n, payload, elapsed)
+        }
+    };
     m.note = "binary COPY of pre-encoded rows, one transaction, no Kafka".into();
     Ok(m)
+}
+
+/// The order rows are written in by a COPY without Kafka.
+#[derive(Clone, Copy)]
+pub enum RowOrder {
+    /// Orders 0, 1, 2 …: ascending keys, so every insert lands on the index's rightmost leaf,
+    /// which PostgreSQL reaches without descending the tree.
+    Key,
+    /// As the sink receives them: order `i` is on partition `i % partitions`, and the consumer
+    /// takes up to a turn of records from each partition in rotation, so ascending runs of
+    /// every `partitions`-th key interleave.
+    Topic { partitions: i32 },
+}
+
+/// The orders `0..n` in the sequence the sink's consumer delivers them (see `RowOrder::Topic`).
+fn topic_order(n: u64, partitions: i32) -> Vec<u64> {
+    const TURN: u64 = 128;
+    let p = partitions.max(1) as u64;
+    let mut out = Vec::with_capacity(n as usize);
+    let mut round = 0;
+    while (out.len() as u64) < n {
+        for partition in 0..p {
+            for k in round * TURN..(round + 1) * TURN {
+                let i = k * p + partition;
+                if i < n {
+                    out.push(i);
+                }
+            }
+        }
+        round += 1;
+    }
+    out
 }
 
 /// Upsert without Kafka, batches of `batch` rows: COPY into staging + one merge (what the sink
