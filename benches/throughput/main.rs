@@ -649,7 +649,7 @@ fn print_report(r: &Report) {
     }
     if let Some((name, f)) = insert_fairness(r) {
         println!(
-            "\nfairness ({name}): lag per partition over the drain; worst max/min progress ratio {}",
+            "\nfairness ({name}): lag per partition over the drain; worst max/min advance ratio {}",
             f.worst_ratio
                 .map(|w| format!("{w:.2}"))
                 .unwrap_or_else(|| "- (too few samples)".into())
