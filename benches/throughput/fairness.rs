@@ -14,8 +14,8 @@ pub struct Readout {
     pub totals: Vec<i64>,
     /// (seconds since the sink started, lag per partition).
     pub samples: Vec<(f64, Vec<i64>)>,
-    /// The worst max/min ratio of per-partition advance (see `finish`) at any sample between
-    /// the first tenth of the backlog committed and the first partition finished.
+    /// The worst max/min ratio of per-partition advance since every partition began, from a
+    /// tenth of the backlog past that point until the first partition finished (`finish`).
     pub worst_ratio: Option<f64>,
 }
 
@@ -49,36 +49,35 @@ impl Readout {
     /// tenth of the backlog, is infinitely behind; a drain too short to judge is `None`.
     pub fn finish(&mut self) {
         let total: i64 = self.totals.iter().sum();
-        let progress_of =
-            |lag: &[i64]| -> Vec<i64> { self.totals.iter().zip(lag).map(|(t, l)| t - l).collect() };
-        let progress: Vec<Vec<i64>> = self.samples.iter().map(|(_, l)| progress_of(l)).collect();
+        let progress: Vec<Vec<i64>> = self
+            .samples
+            .iter()
+            .map(|(_, lag)| self.totals.iter().zip(lag).map(|(t, l)| t - l).collect())
+            .collect();
+        // A partition is done when its lag is 0: from then on the others catch up.
+        let none_done = |i: &usize| !self.samples[*i].1.contains(&0);
         let first = progress.iter().position(|p| p.iter().any(|&n| n > 0));
         let Some(at) = progress.iter().position(|p| p.iter().all(|&n| n > 0)) else {
             self.worst_ratio = Some(f64::INFINITY);
             return;
         };
-        let base = progress[at].clone();
+        let base = &progress[at];
+        let base_done: i64 = base.iter().sum();
         // Late only if a partition was seen waiting over several samples while the others
         // drained: in a run of a few batches the first commits are already past a tenth, and
         // one lane's batch may finish its partitions before the other lane's commits.
-        let waiting = first.map_or(0, |f| {
-            self.samples[f..at]
-                .iter()
-                .filter(|(_, lag)| !lag.contains(&0))
-                .count()
-        });
-        if base.iter().sum::<i64>() > total / 10 && waiting >= 5 {
+        let waiting = first.map_or(0, |f| (f..at).filter(none_done).count());
+        if base_done > total / 10 && waiting >= 5 {
             self.worst_ratio = Some(f64::INFINITY);
             return;
         }
-        let from = base.iter().sum::<i64>() + total / 10;
         let mut worst: Option<f64> = None;
-        for (_, lag) in &self.samples {
-            let progress = progress_of(lag);
-            if progress.iter().sum::<i64>() < from || lag.contains(&0) {
+        for i in (0..progress.len()).filter(none_done) {
+            let p = &progress[i];
+            if p.iter().sum::<i64>() < base_done + total / 10 {
                 continue;
             }
-            let advance: Vec<i64> = progress.iter().zip(&base).map(|(n, b)| n - b).collect();
+            let advance: Vec<i64> = p.iter().zip(base).map(|(n, b)| n - b).collect();
             let max = *advance.iter().max().unwrap_or(&0);
             let min = *advance.iter().min().unwrap_or(&0);
             let ratio = if min <= 0 {

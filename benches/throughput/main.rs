@@ -250,6 +250,7 @@ async fn main() -> anyhow::Result<()> {
             say(&format!("round {round} of {rounds}"));
         }
         ceiling = None;
+        in_topic_order = None;
         if wants("copy") {
             say("COPY ceiling");
             ceiling = Some(scenarios::copy_ceiling(&url, &pool, n, payload, RowOrder::Key).await?);
@@ -336,14 +337,12 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             by_format.push((name, measured));
         }
-        let mut round_ratios = format_ratios(&ceiling, &insert, &by_format);
-        let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
-        if let (Some(c), Some(t), Some(i)) = (rate(&ceiling), rate(&in_topic_order), rate(&insert))
-        {
-            round_ratios.push(("COPY in topic order / COPY".to_string(), t / c));
-            round_ratios.push(("sink insert / COPY in topic order".to_string(), i / t));
-        }
-        per_round.push(round_ratios);
+        per_round.push(format_ratios(
+            &ceiling,
+            &in_topic_order,
+            &insert,
+            &by_format,
+        ));
     }
     let mut ratios_extra = Vec::new();
     let mut upsert = None;
@@ -552,9 +551,10 @@ async fn sparse_upsert<'a>(
     Ok(out)
 }
 
-/// The ratios of one round's COPY, insert and registry-format scenarios.
+/// The ratios of one round's COPY (both orders), insert and registry-format scenarios.
 fn format_ratios(
     ceiling: &Option<Measurement>,
+    in_topic_order: &Option<Measurement>,
     insert: &Option<Measurement>,
     by_format: &[(&str, Measurement)],
 ) -> Vec<(String, f64)> {
@@ -576,6 +576,10 @@ fn format_ratios(
         if let Some(i) = rate(insert) {
             ratios.push((format!("sink {name} / sink insert"), m.rows_per_sec / i));
         }
+    }
+    if let (Some(c), Some(t), Some(i)) = (rate(ceiling), rate(in_topic_order), rate(insert)) {
+        ratios.push(("COPY in topic order / COPY".to_string(), t / c));
+        ratios.push(("sink insert / COPY in topic order".to_string(), i / t));
     }
     ratios
 }

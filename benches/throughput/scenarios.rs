@@ -190,12 +190,11 @@ pub async fn copy_ceiling(
         .fetch_one(pool)
         .await?;
     anyhow::ensure!(count as u64 == n, "COPY wrote {count} rows, expected {n}");
-    let mut m = match order {
-        RowOrder::Key => Measurement::new("COPY ceiling (1 stream)", n, payload, elapsed),
-        RowOrder::Topic { .. } => {
-            Measurement::new("COPY, rows in topic order", n, payload, elapsed)
-        }
+    let name = match order {
+        RowOrder::Key => "COPY ceiling (1 stream)",
+        RowOrder::Topic { .. } => "COPY, rows in topic order",
     };
+    let mut m = Measurement::new(name, n, payload, elapsed);
     m.note = "binary COPY of pre-encoded rows, one transaction, no Kafka".into();
     Ok(m)
 }
@@ -214,7 +213,7 @@ pub enum RowOrder {
 
 /// The orders `0..n` in the sequence the sink's consumer delivers them (see `RowOrder::Topic`).
 fn topic_order(n: u64, partitions: i32) -> Vec<u64> {
-    const TURN: u64 = 128;
+    const TURN: u64 = kafka_pg_sink::kafka::RECORDS_PER_TURN as u64;
     let p = partitions.max(1) as u64;
     let mut out = Vec::with_capacity(n as usize);
     let mut round = 0;

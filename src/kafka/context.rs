@@ -100,23 +100,20 @@ impl ClientContext for SinkContext {
     /// partition's last record is taken, which the poll loop handles.
     fn error(&self, error: KafkaError, reason: &str) {
         use rdkafka::types::RDKafkaErrorCode;
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::trace!(target: "librdkafka", "{reason}");
-            return;
-        }
-        if matches!(
-            error.rdkafka_error_code(),
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PartitionEOF) => {
+                tracing::trace!(target: "librdkafka", "{reason}");
+            }
             Some(
                 RDKafkaErrorCode::Authentication
-                    | RDKafkaErrorCode::SaslAuthenticationFailed
-                    | RDKafkaErrorCode::SSL
-            )
-        ) {
-            tracing::error!(target: "librdkafka", error = %error, "{reason}");
-            self.health.set_kafka_auth_failed(reason);
-            return;
+                | RDKafkaErrorCode::SaslAuthenticationFailed
+                | RDKafkaErrorCode::SSL,
+            ) => {
+                tracing::error!(target: "librdkafka", error = %error, "{reason}");
+                self.health.set_kafka_auth_failed(reason);
+            }
+            _ => tracing::warn!(target: "librdkafka", error = %error, "{reason}"),
         }
-        tracing::warn!(target: "librdkafka", error = %error, "{reason}");
     }
 
     /// librdkafka's statistics carry each fetched partition's watermarks and the brokers'

@@ -7,3 +7,6 @@ pub(crate) mod context;
 pub(crate) mod poll;
 pub(crate) mod queues;
 pub(crate) mod turns;
+
+/// The benchmark's COPY of rows in topic order interleaves partitions as the poll loop does.
+pub use turns::RECORDS_PER_TURN;

@@ -8,7 +8,7 @@
 /// How many records (or errors) one partition hands over in its turn before the next one's.
 /// Small against a fetched chunk (thousands of records), so partitions advance in step; large
 /// enough that the cost of a turn (one empty poll at most) is nothing next to the records.
-pub(crate) const RECORDS_PER_TURN: usize = 128;
+pub const RECORDS_PER_TURN: usize = 128;
 
 /// What one take from a source gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
