@@ -40,13 +40,13 @@ struct Args {
     trickle_secs: u64,
     #[arg(long, default_value_t = 1000)]
     trickle_rate: u64,
-    /// Scenarios to run, comma-separated: copy, insert, avro, protobuf, connect-json,
-    /// debezium, upsert, naive, strategies, trickle. avro and protobuf need
-    /// SCHEMA_REGISTRY_URL.
+    /// Scenarios to run, comma-separated: copy, insert, idle-topic, avro, protobuf,
+    /// connect-json, debezium, upsert, sparse-upsert, naive, strategies, trickle. avro and
+    /// protobuf need SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,naive,strategies,trickle"
+        default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
     /// Rounds of the COPY ceiling, insert, registry-format and sparse-upsert scenarios; with
@@ -218,6 +218,12 @@ async fn main() -> anyhow::Result<()> {
         envelopes.push((name, topic, bytes));
     }
 
+    // An empty topic beside the orders, for the sink to consume as well (`idle-topic`).
+    let idle_topic = "kps-bench-idle";
+    if wants("idle-topic") {
+        setup::fresh_topic(&env, idle_topic, args.partitions).await?;
+    }
+
     let mut batch = if args.batch.is_empty() {
         String::new()
     } else {
@@ -240,6 +246,7 @@ async fn main() -> anyhow::Result<()> {
         extra: &batch,
         registry: None,
         format: None,
+        idle_topic: None,
     };
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
@@ -288,6 +295,22 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         by_format = Vec::new();
+        if wants("idle-topic") {
+            say("sink, insert mode, an idle topic beside");
+            let measured = scenarios::sink(
+                &SinkRun {
+                    group: &format!("bench-idle-{round}"),
+                    idle_topic: Some(idle_topic),
+                    ..run("sink insert + idle topic", "", WriteMode::Insert)
+                },
+                &pool,
+                n,
+                payload,
+                true,
+            )
+            .await?;
+            by_format.push(("idle-topic", measured));
+        }
         for (format, format_topic, bytes) in &encoded {
             let name = format.setting();
             say(&format!("sink, {name}, insert mode"));

@@ -388,6 +388,9 @@ pub struct SinkRun<'a> {
     /// The topic's `format` when it is not plain JSON nor a registry format
     /// (`connect-json`, `debezium`).
     pub format: Option<&'a str>,
+    /// An empty topic the sink also consumes, into the same table: a quiet topic beside a
+    /// busy one, as a sink with several topics has (`idle-topic`).
+    pub idle_topic: Option<&'a str>,
 }
 
 /// A topic whose records are framed for a Schema Registry.
@@ -510,12 +513,21 @@ pub async fn sink(
                 .unwrap_or_default(),
         ),
     };
+    let idle = run
+        .idle_topic
+        .map(|t| {
+            format!(
+                "[[topics]]\nname = \"{t}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
+                run.table
+            )
+        })
+        .unwrap_or_default();
     std::fs::write(
         &config,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
              [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n{registry}\
-             [[topics]]\nname = \"{}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
+             [[topics]]\nname = \"{}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}{idle}",
             run.kafka, run.group, run.url, run.writers, run.extra, run.topic, run.table
         ),
     )?;
@@ -530,9 +542,11 @@ pub async fn sink(
     let mut fairness: Option<Readout> = None;
     loop {
         let offsets: Vec<(i32, Option<i64>)> = sqlx::query_as(
-            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer_group = $1 ORDER BY partition",
+            "SELECT partition, next_offset FROM kafka_offsets
+              WHERE consumer_group = $1 AND topic = $2 ORDER BY partition",
         )
         .bind(run.group)
+        .bind(run.topic)
         .fetch_all(pool)
         .await?;
         // Every partition has a row from its claim on, before any commits.
