@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use kafka_pg_sink::config::{TopicSettings, WriteMode};
-use kafka_pg_sink::mapping::TopicMapper;
+use kafka_pg_sink::mapping::{TableRows, TopicMapper};
 use kafka_pg_sink::record::RecordView;
 use kafka_pg_sink::schema;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -91,14 +91,13 @@ async fn encode_rows(
     chunk: u64,
     mode: WriteMode,
 ) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
-    encode_rows_in(pool, n, 0..n, chunk, mode).await
+    encode_rows_in(pool, 0..n, chunk, mode).await
 }
 
-/// `encode_rows` for the `n` orders `order` yields, in that order.
+/// `encode_rows` for the orders `order` yields, in that order.
 async fn encode_rows_in(
     pool: &PgPool,
-    n: u64,
-    order: impl Iterator<Item = u64>,
+    order: impl IntoIterator<Item = u64>,
     chunk: u64,
     mode: WriteMode,
 ) -> anyhow::Result<(Vec<Bytes>, Vec<String>)> {
@@ -107,7 +106,19 @@ async fn encode_rows_in(
     let mut chunks = Vec::new();
     let mut columns = Vec::new();
     let mut rows = mapper.new_rows();
-    for (at, i) in order.enumerate() {
+    let mut pending = 0;
+    // The encoded chunk's bytes and its columns (the same for every chunk of these orders).
+    let mut flush = |rows: TableRows, chunks: &mut Vec<Bytes>| {
+        for rows in rows.shapes {
+            columns = rows
+                .columns
+                .iter()
+                .map(|&c| mapper.table().columns[c as usize].name.clone())
+                .collect();
+            chunks.push(rows.buffer.finish());
+        }
+    };
+    for i in order {
         let value = data::order(i);
         let record = RecordView {
             topic: "bench",
@@ -121,18 +132,14 @@ async fn encode_rows_in(
         mapper
             .encode(&record, &mut rows)
             .map_err(|e| anyhow::anyhow!("encoding order {i}: {e:?}"))?;
-        let at = at as u64;
-        if (at + 1) % chunk == 0 || at + 1 == n {
-            let full = std::mem::replace(&mut rows, mapper.new_rows());
-            for rows in full.shapes {
-                columns = rows
-                    .columns
-                    .iter()
-                    .map(|&c| mapper.table().columns[c as usize].name.clone())
-                    .collect();
-                chunks.push(rows.buffer.finish());
-            }
+        pending += 1;
+        if pending == chunk {
+            flush(std::mem::replace(&mut rows, mapper.new_rows()), &mut chunks);
+            pending = 0;
         }
+    }
+    if pending > 0 {
+        flush(rows, &mut chunks);
     }
     Ok((chunks, columns))
 }
@@ -149,14 +156,7 @@ pub async fn copy_ceiling(
     let (chunks, columns) = match order {
         RowOrder::Key => encode_rows(pool, n, 10_000, WriteMode::Insert).await?,
         RowOrder::Topic { partitions } => {
-            encode_rows_in(
-                pool,
-                n,
-                topic_order(n, partitions).into_iter(),
-                10_000,
-                WriteMode::Insert,
-            )
-            .await?
+            encode_rows_in(pool, topic_order(n, partitions), 10_000, WriteMode::Insert).await?
         }
     };
     let statement = format!(
@@ -513,22 +513,24 @@ pub async fn sink(
                 .unwrap_or_default(),
         ),
     };
-    let idle = run
-        .idle_topic
+    // The drained topic, and the idle one beside it where there is one: the same table,
+    // mode and format.
+    let topics: String = std::iter::once(run.topic)
+        .chain(run.idle_topic)
         .map(|t| {
             format!(
                 "[[topics]]\nname = \"{t}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
                 run.table
             )
         })
-        .unwrap_or_default();
+        .collect();
     std::fs::write(
         &config,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\n[postgres]\nurl = \"{}\"\nwriters = {}\n{}\n\
              [log]\nformat = \"json\"\nprogress_interval = \"5s\"\n[http]\nlisten = \"127.0.0.1:0\"\n{registry}\
-             [[topics]]\nname = \"{}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}{idle}",
-            run.kafka, run.group, run.url, run.writers, run.extra, run.topic, run.table
+             {topics}",
+            run.kafka, run.group, run.url, run.writers, run.extra
         ),
     )?;
     let log_path = dir.path().join("sink.log");
