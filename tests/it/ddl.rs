@@ -90,6 +90,15 @@ const PRODUCT_COLUMNS: &[&str] = &[
     "kafka_offset",
 ];
 
+/// Whether `table` exists (a kill may have come before the batch that creates it committed).
+async fn table_exists(db: &TestDb, table: &str) -> bool {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(table)
+        .fetch_one(&db.pool)
+        .await
+        .expect("look the table up")
+}
+
 /// Each column's name, type and NOT NULL as the catalog has them, in table order.
 async fn columns_of(db: &TestDb, table: &str) -> Vec<(String, String, bool)> {
     sqlx::query_as(
@@ -423,15 +432,6 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
             .push(("KPS_FAULT_PAUSE_AFTER_DDL_MS".into(), "5000".into()));
         c
     };
-    let exists = |db: &TestDb| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, bool>("SELECT to_regclass('products') IS NOT NULL")
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
 
     // 1. Killed inside the transaction that creates the table.
     let mut sink = Sink::start(&paused, "create");
@@ -448,7 +448,10 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
         || async { !paused_after(&db, "CREATE TABLE").await },
     )
     .await;
-    assert!(!exists(&db).await, "the table outlived its batch");
+    assert!(
+        !table_exists(&db, "products").await,
+        "the table outlived its batch"
+    );
     assert!(
         db.stored_offsets(&config.group, &topic.name)
             .await
@@ -529,11 +532,10 @@ async fn check_plan_prints_the_ddl_and_changes_nothing() {
         "{}",
         out.stdout
     );
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('planned') IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(!exists, "check --plan created the table");
+    assert!(
+        !table_exists(&db, "planned").await,
+        "check --plan created the table"
+    );
 
     sqlx::query("CREATE TABLE planned (id bigint, name text, amount numeric(12,2), at timestamptz, status text, kafka_partition int, kafka_offset bigint)")
         .execute(&db.pool)
@@ -707,11 +709,7 @@ async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
 /// After any kill: a table exists only with rows, the column only with a row that carries it,
 /// rows and positions in step, no duplicate.
 async fn assert_consistent_after_kill(db: &TestDb, group: &str, topic: &str, round: usize) {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    if !exists {
+    if !table_exists(db, "products").await {
         assert!(
             db.stored_offsets(group, topic)
                 .await
@@ -777,12 +775,9 @@ async fn kill_9_at_random_moments_around_schema_changes_loses_nothing() {
     }
     planned.sort_unstable();
     let mut mid_drain = 0;
+    // Rows so far; none while the table is still missing.
     let rows = || async {
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        if exists {
+        if table_exists(&db, "products").await {
             db.count("products").await
         } else {
             0
@@ -800,16 +795,7 @@ async fn kill_9_at_random_moments_around_schema_changes_loses_nothing() {
                 .max(before + rng.random_range(200..1500))
                 .min(N - 3000);
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            loop {
-                let exists: bool = sqlx::query_scalar("SELECT to_regclass('products') IS NOT NULL")
-                    .fetch_one(&db.pool)
-                    .await
-                    .unwrap();
-                if (exists && db.count("products").await >= target)
-                    || std::time::Instant::now() > deadline
-                {
-                    break;
-                }
+            while rows().await < target && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..50))).await;
@@ -984,9 +970,8 @@ async fn table_from_with_auto_create_is_refused_at_startup() {
         "{}",
         sink.logs_tail(10)
     );
-    let created: bool = sqlx::query_scalar("SELECT to_regclass('routed_a') IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(!created, "no table is created for a routed name");
+    assert!(
+        !table_exists(&db, "routed_a").await,
+        "no table is created for a routed name"
+    );
 }
