@@ -250,7 +250,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
-    let (mut ceiling, mut insert, mut by_format) = (None, None, Vec::new());
+    let (mut ceiling, mut insert, mut upsert, mut by_format) = (None, None, None, Vec::new());
     let mut in_topic_order = None;
     for round in 1..=rounds {
         if rounds > 1 {
@@ -309,7 +309,7 @@ async fn main() -> anyhow::Result<()> {
                 true,
             )
             .await?;
-            by_format.push(("idle-topic", measured));
+            by_format.push(("idle-topic", WriteMode::Insert, measured));
         }
         for (format, format_topic, bytes) in &encoded {
             let name = format.setting();
@@ -335,7 +335,7 @@ async fn main() -> anyhow::Result<()> {
                 true,
             )
             .await?;
-            by_format.push((name, measured));
+            by_format.push((name, WriteMode::Insert, measured));
         }
         for (name, envelope_topic, bytes) in &envelopes {
             // Debezium events are changes, applied in upsert mode (all creates here).
@@ -358,21 +358,28 @@ async fn main() -> anyhow::Result<()> {
                 true,
             )
             .await?;
-            by_format.push((name, measured));
+            by_format.push((name, mode, measured));
+        }
+        // Last in the round: the existing-keys run after the rounds upserts into its table.
+        upsert = None;
+        if wants("upsert") {
+            say("sink, upsert mode (new keys)");
+            let new_keys = SinkRun {
+                group: &format!("bench-upsert-{round}"),
+                ..run("sink upsert (new keys)", "", WriteMode::Upsert)
+            };
+            upsert = Some(scenarios::sink(&new_keys, &pool, n, payload, true).await?);
         }
         per_round.push(format_ratios(
             &ceiling,
             &in_topic_order,
             &insert,
+            &upsert,
             &by_format,
         ));
     }
     let mut ratios_extra = Vec::new();
-    let mut upsert = None;
     if wants("upsert") {
-        say("sink, upsert mode (new keys)");
-        let new_keys = run("sink upsert (new keys)", "bench-upsert", WriteMode::Upsert);
-        upsert = Some(scenarios::sink(&new_keys, &pool, n, payload, true).await?);
         say("sink, upsert mode (existing keys)");
         let existing = run(
             "sink upsert (existing keys)",
@@ -471,9 +478,6 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
     }
-    if let (Some(c), Some(u)) = (rate(&ceiling), rate(&upsert)) {
-        ratios.push(("sink upsert / COPY".to_string(), u / c));
-    }
     if let (Some(i), Some(nv)) = (rate(&insert), rate(&naive)) {
         ratios.push(("sink insert / naive".to_string(), i / nv));
     }
@@ -482,7 +486,7 @@ async fn main() -> anyhow::Result<()> {
         .into_iter()
         .flatten()
         .collect();
-    ordered.extend(by_format.into_iter().map(|(_, m)| m));
+    ordered.extend(by_format.into_iter().map(|(_, _, m)| m));
     ordered.extend(upsert);
     ordered.append(&mut results);
     ordered.extend(naive);
@@ -574,12 +578,15 @@ async fn sparse_upsert<'a>(
     Ok(out)
 }
 
-/// The ratios of one round's COPY (both orders), insert and registry-format scenarios.
+/// The ratios of one round's COPY (both orders), insert, upsert and per-format scenarios.
+/// A format is compared with plain JSON in its own write mode (Debezium's upserts with the
+/// plain upserts), in rows/s and in sink CPU per record.
 fn format_ratios(
     ceiling: &Option<Measurement>,
     in_topic_order: &Option<Measurement>,
     insert: &Option<Measurement>,
-    by_format: &[(&str, Measurement)],
+    upsert: &Option<Measurement>,
+    by_format: &[(&str, WriteMode, Measurement)],
 ) -> Vec<(String, f64)> {
     let rate = |m: &Option<Measurement>| m.as_ref().map(|m| m.rows_per_sec);
     let mut ratios = Vec::new();
@@ -589,15 +596,37 @@ fn format_ratios(
             ratios.push(("sink insert (steady) / COPY".to_string(), steady / c));
         }
     }
-    for (name, m) in by_format {
+    if let (Some(c), Some(u)) = (rate(ceiling), rate(upsert)) {
+        ratios.push(("sink upsert / COPY".to_string(), u / c));
+    }
+    for (name, mode, m) in by_format {
         if let Some(c) = rate(ceiling) {
             ratios.push((format!("sink {name} / COPY"), m.rows_per_sec / c));
             if let Some(steady) = m.steady_rows_per_sec {
                 ratios.push((format!("sink {name} (steady) / COPY"), steady / c));
             }
         }
-        if let Some(i) = rate(insert) {
-            ratios.push((format!("sink {name} / sink insert"), m.rows_per_sec / i));
+        let (plain, label) = match mode {
+            WriteMode::Upsert => (upsert, "sink upsert"),
+            _ => (insert, "sink insert"),
+        };
+        let Some(plain) = plain else { continue };
+        ratios.push((
+            format!("sink {name} / {label}"),
+            m.rows_per_sec / plain.rows_per_sec,
+        ));
+        // Both drained the same number of records, so CPU seconds compare per record: the
+        // sink's own, and the broker's for serving the records (it grows with their bytes).
+        for (what, cpu, plain_cpu) in [
+            ("CPU", m.cpu_seconds, plain.cpu_seconds),
+            ("broker CPU", m.broker_cpu_seconds, plain.broker_cpu_seconds),
+        ] {
+            if let (Some(cpu), Some(plain_cpu)) = (cpu, plain_cpu) {
+                ratios.push((
+                    format!("sink {name} {what} per record / {label}'s"),
+                    cpu / plain_cpu.max(1e-3),
+                ));
+            }
         }
     }
     if let (Some(c), Some(t), Some(i)) = (rate(ceiling), rate(in_topic_order), rate(insert)) {
@@ -627,7 +656,7 @@ fn print_report(r: &Report) {
         sizes.join(", ")
     );
     println!(
-        "{:<34} {:>9} {:>8} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "{:<34} {:>9} {:>8} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
         "scenario",
         "rows",
         "seconds",
@@ -637,13 +666,15 @@ fn print_report(r: &Report) {
         "p99 ms",
         "RSS MiB",
         "CPU s",
+        "broker s",
+        "busy s",
         "registry"
     );
     let opt =
         |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
     for m in &r.results {
         println!(
-            "{:<34} {:>9} {:>8.2} {:>11.0} {:>8.1} {:>9} {:>9} {:>9} {:>8} {:>9}",
+            "{:<34} {:>9} {:>8.2} {:>11.0} {:>8.1} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
             m.name,
             m.rows,
             m.seconds,
@@ -652,7 +683,9 @@ fn print_report(r: &Report) {
             opt(m.commit_p50_ms, 1),
             opt(m.commit_p99_ms, 1),
             opt(m.peak_rss_mib, 1),
-            opt(m.cpu_seconds, 1),
+            opt(m.cpu_seconds, 2),
+            opt(m.broker_cpu_seconds, 2),
+            opt(m.machine_busy_seconds, 2),
             m.registry_requests
                 .map(|r| r.to_string())
                 .unwrap_or_else(|| "-".into()),

@@ -43,6 +43,10 @@ pub struct Measurement {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_quarters_mib: Option<[Option<f64>; 4]>,
     pub cpu_seconds: Option<f64>,
+    /// The local broker's CPU seconds over the drain (sink scenarios, where one runs here).
+    pub broker_cpu_seconds: Option<f64>,
+    /// The whole machine's busy CPU seconds over the drain, all cores (sink scenarios).
+    pub machine_busy_seconds: Option<f64>,
     /// Rows/s from the first committed batch to the last (without start-up and group join).
     pub steady_rows_per_sec: Option<f64>,
     /// The sink's requests to the Schema Registry over the whole run (registry formats only).
@@ -534,6 +538,9 @@ pub async fn sink(
         ),
     )?;
     let log_path = dir.path().join("sink.log");
+    let broker = proc::broker_pid();
+    let broker_before = broker.and_then(proc::cpu_seconds);
+    let busy_before = proc::machine_busy_seconds();
     let started = Instant::now();
     let mut child = spawn_sink(run.bin, &config, &log_path)?;
     let pid = child.id();
@@ -581,6 +588,13 @@ pub async fn sink(
     let elapsed = started.elapsed();
     let steady = first_commit.map(|t| t.elapsed());
     let cpu = proc::cpu_seconds(pid);
+    let broker_cpu = broker
+        .and_then(proc::cpu_seconds)
+        .zip(broker_before)
+        .map(|(after, before)| after - before);
+    let busy = proc::machine_busy_seconds()
+        .zip(busy_before)
+        .map(|(after, before)| after - before);
     peak = peak.max(proc::peak_rss(pid).unwrap_or(0));
     // Scraped while the sink still runs: the whole drain's requests, start-up included.
     let registry_requests = match &run.registry {
@@ -627,6 +641,8 @@ pub async fn sink(
     m.peak_rss_mib = Some(peak as f64 / (1024.0 * 1024.0));
     m.rss_quarters_mib = Some(proc::rss_by_quarter(&rss_samples, n));
     m.cpu_seconds = cpu;
+    m.broker_cpu_seconds = broker_cpu;
+    m.machine_busy_seconds = busy;
     // Too short a window (a tiny run drains between two polls) says nothing.
     m.steady_rows_per_sec = steady
         .filter(|s| *s > Duration::from_millis(500))
