@@ -360,7 +360,8 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             by_format.push((name, mode, measured));
         }
-        // Last in the round: the existing-keys run after the rounds upserts into its table.
+        // Last in each round, so the existing-keys run after the rounds finds the last
+        // round's rows in the table.
         upsert = None;
         if wants("upsert") {
             say("sink, upsert mode (new keys)");

@@ -55,25 +55,28 @@ fn clock_ticks() -> f64 {
 }
 
 /// The local Kafka broker's pid (`scripts/dev-services.sh` runs it as `java … kafka.Kafka`),
-/// if there is one: its CPU over a drain is what serving the records cost, which grows with
-/// their bytes and shares the machine's cores with the sink and PostgreSQL.
+/// if exactly one runs here (with two, which one serves the benchmark is not known): its CPU
+/// over a drain is what serving the records cost, which grows with their bytes and shares the
+/// machine's cores with the sink and PostgreSQL.
 pub fn broker_pid() -> Option<u32> {
-    std::fs::read_dir("/proc")
+    let mut brokers = std::fs::read_dir("/proc")
         .ok()?
         .flatten()
-        .find_map(|entry| {
+        .filter_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
             cmdline
                 .split(|&b| b == 0)
                 .any(|arg| arg == b"kafka.Kafka")
                 .then_some(pid)
-        })
+        });
+    let first = brokers.next()?;
+    brokers.next().is_none().then_some(first)
 }
 
-/// Busy CPU seconds of the whole machine, all cores (everything but idle and I/O wait), from
-/// /proc/stat: over a drain, against its length times the cores, whether the machine was the
-/// bound.
+/// Busy CPU seconds of the whole machine, all cores (user, system and interrupts; not idle,
+/// I/O wait or time the hypervisor took), from /proc/stat: over a drain, against its length
+/// times the cores, whether the machine was the bound.
 pub fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<f64> = stat
@@ -84,9 +87,6 @@ pub fn machine_busy_seconds() -> Option<f64> {
         .map(|f| f.parse().ok())
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal …
-    let busy: f64 = [0, 1, 2, 5, 6, 7]
-        .iter()
-        .filter_map(|&i| fields.get(i))
-        .sum();
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| fields.get(i)).sum();
     Some(busy / clock_ticks())
 }
