@@ -624,6 +624,10 @@ mod tests {
             assert!(known(v).is_none(), "{v}");
             assert!(!read(v).unwrap().2, "{v}");
         }
+        // And another schema's record is read with that schema's hints, not the last one's:
+        // the compare is what keeps a changed schema from being read with old hints.
+        assert_eq!(read(other).unwrap().1, None);
+        assert_eq!(read(&record(r#"{"day":5}"#)).unwrap().1, date);
         // A payload that is not UTF-8 is not taken by position either.
         let mut latin1 = record(r#"{"day":"x"}"#).into_bytes();
         let at = latin1.len() - 4;
