@@ -90,15 +90,6 @@ const PRODUCT_COLUMNS: &[&str] = &[
     "kafka_offset",
 ];
 
-/// Whether `table` exists (a kill may have come before the batch that creates it committed).
-async fn table_exists(db: &TestDb, table: &str) -> bool {
-    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(table)
-        .fetch_one(&db.pool)
-        .await
-        .expect("look the table up")
-}
-
 /// Each column's name, type and NOT NULL as the catalog has them, in table order.
 async fn columns_of(db: &TestDb, table: &str) -> Vec<(String, String, bool)> {
     sqlx::query_as(
@@ -449,7 +440,7 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
     )
     .await;
     assert!(
-        !table_exists(&db, "products").await,
+        !db.table_exists("products").await,
         "the table outlived its batch"
     );
     assert!(
@@ -533,7 +524,7 @@ async fn check_plan_prints_the_ddl_and_changes_nothing() {
         out.stdout
     );
     assert!(
-        !table_exists(&db, "planned").await,
+        !db.table_exists("planned").await,
         "check --plan created the table"
     );
 
@@ -709,7 +700,7 @@ async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
 /// After any kill: a table exists only with rows, the column only with a row that carries it,
 /// rows and positions in step, no duplicate.
 async fn assert_consistent_after_kill(db: &TestDb, group: &str, topic: &str, round: usize) {
-    if !table_exists(db, "products").await {
+    if !db.table_exists("products").await {
         assert!(
             db.stored_offsets(group, topic)
                 .await
@@ -777,7 +768,7 @@ async fn kill_9_at_random_moments_around_schema_changes_loses_nothing() {
     let mut mid_drain = 0;
     // Rows so far; none while the table is still missing.
     let rows = || async {
-        if table_exists(&db, "products").await {
+        if db.table_exists("products").await {
             db.count("products").await
         } else {
             0
@@ -971,7 +962,7 @@ async fn table_from_with_auto_create_is_refused_at_startup() {
         sink.logs_tail(10)
     );
     assert!(
-        !table_exists(&db, "routed_a").await,
+        !db.table_exists("routed_a").await,
         "no table is created for a routed name"
     );
 }

@@ -73,13 +73,8 @@ async fn hostile_identifiers_are_quoted_never_executed() {
             assert_eq!((rows, selects), (20, (30..50).sum()));
         }
     }
-    let sentinel: Option<String> = sqlx::query_scalar("SELECT to_regclass('sentinel')::text")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        sentinel.as_deref(),
-        Some("sentinel"),
+    assert!(
+        db.table_exists("sentinel").await,
         "a name was executed as SQL"
     );
 }

@@ -127,6 +127,16 @@ impl TestDb {
             .collect()
     }
 
+    /// Whether `table` exists (a kill may come before the batch that creates it commits; a
+    /// command that must not create one may have).
+    pub async fn table_exists(&self, table: &str) -> bool {
+        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(table)
+            .fetch_one(&self.pool)
+            .await
+            .expect("look the table up")
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM \"{table}\""))
             .fetch_one(&self.pool)
