@@ -49,9 +49,9 @@ struct Args {
         default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,naive,strategies,trickle"
     )]
     only: Vec<String>,
-    /// Rounds of the COPY ceiling, insert, idle-topic, registry-format, envelope and
-    /// sparse-upsert scenarios; with more than one, each ratio is also given as its median
-    /// over the rounds (a shared, noisy machine moves single runs by ±10%).
+    /// Rounds of the COPY ceiling, insert, idle-topic, registry-format, envelope, upsert (new
+    /// keys) and sparse-upsert scenarios; with more than one, each ratio is also given as its
+    /// median over the rounds (a shared, noisy machine moves single runs by ±10%).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
     /// Extra `[batch]` settings for the sink, as TOML lines (e.g. "max_records = 20000").
@@ -609,7 +609,7 @@ fn format_ratios(
         }
         let (plain, label) = match mode {
             WriteMode::Upsert => (upsert, "sink upsert"),
-            _ => (insert, "sink insert"),
+            WriteMode::Insert => (insert, "sink insert"),
         };
         let Some(plain) = plain else { continue };
         ratios.push((

@@ -44,14 +44,19 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / clock_ticks())
 }
 
+/// Clock ticks per second for /proc's CPU times, asked of `getconf` once: every sink
+/// scenario reads several CPU times.
 fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 /// The local Kafka broker's pid (`scripts/dev-services.sh` runs it as `java … kafka.Kafka`),
