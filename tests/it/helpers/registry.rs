@@ -287,18 +287,28 @@ pub struct PrivateRegistry {
 }
 
 impl PrivateRegistry {
-    /// Starts a new instance; returns once it answers (about 5–8 s).
+    /// Starts a new instance; returns once it answers (about 5–8 s). The free port is only
+    /// free when it is picked: during the JVM's start another test's connection may take it
+    /// as its own ephemeral port, so a start refused for a port in use is tried again on
+    /// another (CI saw it once).
     pub fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let registry = Self {
-            name: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
-            port,
-        };
-        registry.run(&["start", "registry"]);
-        registry
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let registry = Self {
+                name: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
+                port,
+            };
+            match registry.try_run(&["start", "registry"]) {
+                Ok(_) => return registry,
+                Err(e) if e.contains("seems to be in use") => last = e,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("{last}")
     }
 
     /// Its API root.
@@ -345,19 +355,25 @@ impl PrivateRegistry {
 
     /// Runs the script on this instance; its stdout.
     fn run(&self, args: &[&str]) -> String {
+        self.try_run(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs the script on this instance: its stdout, or why it failed with its stderr.
+    fn try_run(&self, args: &[&str]) -> Result<String, String> {
         let out = Command::new(SCRIPT)
             .args(args)
             .env("KPS_INSTANCE", &self.name)
             .env("KPS_REGISTRY_PORT", self.port.to_string())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {SCRIPT}: {e}"));
-        assert!(
-            out.status.success(),
-            "scripts/dev-services.sh {args:?} failed for instance {} (it needs Java 17 and Maven):\n{}",
-            self.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        if !out.status.success() {
+            return Err(format!(
+                "scripts/dev-services.sh {args:?} failed for instance {} (it needs Java 17 and Maven):\n{}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
