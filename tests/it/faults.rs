@@ -15,6 +15,7 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
+    db.slow_writes_to("orders", Duration::from_millis(30)).await;
     let topic = TestTopic::create(4).await;
     produce_orders(&producer(), &topic, 0, RECORDS).await;
 

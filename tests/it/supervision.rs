@@ -115,6 +115,7 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
+    db.slow_writes_to("orders", Duration::from_millis(20)).await;
     let topic = TestTopic::create(2).await;
     produce_orders(&producer(), &topic, 0, 30_000).await;
 

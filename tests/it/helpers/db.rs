@@ -1,5 +1,7 @@
 //! A fresh, uniquely named database per test, migrated with the real binary.
 
+use std::time::Duration;
+
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
 
@@ -98,6 +100,25 @@ impl TestDb {
             )
             .await
             .expect("create orders table");
+    }
+
+    /// Makes every statement that writes `table` take at least `pause` longer, so a test that
+    /// ends the sink's sessions finds transactions open instead of a drain that finished
+    /// before it looked (CI once drained 40,000 records between two looks).
+    pub async fn slow_writes_to(&self, table: &str, pause: Duration) {
+        self.pool
+            .execute(
+                format!(
+                    "CREATE FUNCTION slow_write() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN PERFORM pg_sleep({seconds}); RETURN NULL; END $$;
+                     CREATE TRIGGER slow_write AFTER INSERT OR UPDATE ON \"{table}\"
+                         FOR EACH STATEMENT EXECUTE FUNCTION slow_write();",
+                    seconds = pause.as_secs_f64()
+                )
+                .as_str(),
+            )
+            .await
+            .expect("slow writes");
     }
 
     /// Every column as PostgreSQL prints it (`column::text`), timestamps in UTC, rows in the
