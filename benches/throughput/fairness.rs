@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+#[path = "../../tests/it/helpers/in_step.rs"]
+mod in_step;
+use in_step::in_step;
+
 /// Lag per partition over one drain.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Readout {
@@ -17,6 +21,8 @@ pub struct Readout {
     /// The worst max/min ratio of per-partition advance since every partition began, from a
     /// tenth of the backlog past that point until the first partition finished (`finish`).
     pub worst_ratio: Option<f64>,
+    /// How many samples `worst_ratio` was judged over.
+    pub judged: usize,
 }
 
 impl Readout {
@@ -41,12 +47,11 @@ impl Readout {
         self.samples.push((at.as_secs_f64(), lag));
     }
 
-    /// Computes `worst_ratio`, over each partition's advance since the first sample in which
-    /// every partition had progress (as `fairness::…` in the tests counts it), from a tenth of
-    /// the backlog past that sample until the first partition is done: the partition whose
-    /// start offset librdkafka resolves first may fill a batch alone, a head start that is not
-    /// a partition served ahead. No such sample, or a partition seen waiting until past a
-    /// tenth of the backlog, is infinitely behind; a drain too short to judge is `None`.
+    /// Computes `worst_ratio` by the fairness test's own rule (`in_step`): advance since the
+    /// first sample in which every partition had progress, from a tenth of the backlog past
+    /// it until the first partition is done. No such sample, or a partition seen waiting
+    /// until past a tenth of the backlog, is infinitely behind; a drain too short to judge
+    /// is `None`.
     pub fn finish(&mut self) {
         let total: i64 = self.totals.iter().sum();
         let progress: Vec<Vec<i64>> = self
@@ -54,40 +59,25 @@ impl Readout {
             .iter()
             .map(|(_, lag)| self.totals.iter().zip(lag).map(|(t, l)| t - l).collect())
             .collect();
-        // A partition is done when its lag is 0: from then on the others catch up.
-        let none_done = |i: &usize| !self.samples[*i].1.contains(&0);
-        let first = progress.iter().position(|p| p.iter().any(|&n| n > 0));
-        let Some(at) = progress.iter().position(|p| p.iter().all(|&n| n > 0)) else {
+        let Some(verdict) = in_step(&progress, &self.totals) else {
             self.worst_ratio = Some(f64::INFINITY);
             return;
         };
-        let base = &progress[at];
-        let base_done: i64 = base.iter().sum();
         // Late only if a partition was seen waiting over several samples while the others
-        // drained: in a run of a few batches the first commits are already past a tenth, and
+        // drained (the test, with a backlog 8 times the smoke run's, asks no more than the
+        // tenth): in a run of a few batches the first commits are already past a tenth, and
         // one lane's batch may finish its partitions before the other lane's commits.
-        let waiting = first.map_or(0, |f| (f..at).filter(none_done).count());
-        if base_done > total / 10 && waiting >= 5 {
+        let none_done = |p: &&Vec<i64>| p.iter().zip(&self.totals).all(|(n, t)| n < t);
+        let first = progress.iter().position(|p| p.iter().any(|&n| n > 0));
+        let waiting = first.map_or(0, |f| {
+            progress[f..verdict.base].iter().filter(none_done).count()
+        });
+        if verdict.base_done > total / 10 && waiting >= 5 {
             self.worst_ratio = Some(f64::INFINITY);
             return;
         }
-        let mut worst: Option<f64> = None;
-        for i in (0..progress.len()).filter(none_done) {
-            let p = &progress[i];
-            if p.iter().sum::<i64>() < base_done + total / 10 {
-                continue;
-            }
-            let advance: Vec<i64> = p.iter().zip(base).map(|(n, b)| n - b).collect();
-            let max = *advance.iter().max().unwrap_or(&0);
-            let min = *advance.iter().min().unwrap_or(&0);
-            let ratio = if min <= 0 {
-                f64::INFINITY
-            } else {
-                max as f64 / min as f64
-            };
-            worst = Some(worst.map_or(ratio, |w: f64| w.max(ratio)));
-        }
-        self.worst_ratio = worst;
+        self.worst_ratio = verdict.worst.map(|(ratio, _)| ratio);
+        self.judged = verdict.judged;
     }
 
     /// About `rows` samples, evenly spaced, as a text table of lag per partition.

@@ -712,7 +712,7 @@ fn print_report(r: &Report) {
         println!(
             "\nfairness ({name}): lag per partition over the drain; worst max/min advance ratio {}",
             f.worst_ratio
-                .map(|w| format!("{w:.2}"))
+                .map(|w| format!("{w:.2} over {} samples", f.judged))
                 .unwrap_or_else(|| "- (too few samples)".into())
         );
         print!("{}", f.table(12));

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::db::TestDb;
+use crate::helpers::in_step::in_step;
 use crate::helpers::kafka::{produce_orders, producer, TestTopic};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
@@ -12,48 +13,6 @@ use crate::helpers::*;
 /// many batches, drained in seconds.
 const PER_PARTITION: i64 = 20_000;
 const PARTITIONS: i64 = 8;
-
-/// The samples to judge by: from a tenth of the backlog past `base` (so every partition's
-/// expected advance is well above a turn or a batch's share), until the first partition is
-/// finished (from then on the others catch up, which is in step too).
-fn window<'a>(samples: &'a [Vec<i64>], base: &[i64]) -> Vec<&'a Vec<i64>> {
-    let total = PER_PARTITION * PARTITIONS;
-    let from = base.iter().sum::<i64>() + total / 10;
-    samples
-        .iter()
-        .filter(|s| s.iter().sum::<i64>() >= from)
-        .filter(|s| s.iter().all(|&n| n < PER_PARTITION))
-        .collect()
-}
-
-/// The worst max/min ratio of per-partition advance (`kafka_offsets.next_offset` less its
-/// value at `base`) over `samples`.
-fn worst_ratio(samples: &[&Vec<i64>], base: &[i64]) -> (f64, Option<Vec<i64>>) {
-    let mut worst = (1.0, None);
-    for s in samples {
-        let advance: Vec<i64> = s.iter().zip(base).map(|(n, b)| n - b).collect();
-        let max = *advance.iter().max().unwrap_or(&0);
-        let min = *advance.iter().min().unwrap_or(&0);
-        let ratio = if min <= 0 {
-            f64::INFINITY
-        } else {
-            max as f64 / min as f64
-        };
-        if ratio > worst.0 {
-            worst = (ratio, Some(s.to_vec()));
-        }
-    }
-    worst
-}
-
-/// The positions when every partition had committed something: where advancing in step
-/// is counted from. Which partition's start offset librdkafka resolves first, and so which
-/// one's first fetch arrives alone, is a race; the one that wins may fill a batch or two
-/// before the others have a record. That head start is not a partition being served
-/// ahead of the others, so it is left out; a partition never served has no base at all.
-fn base_of(samples: &[Vec<i64>]) -> Option<&Vec<i64>> {
-    samples.iter().find(|s| s.iter().all(|&n| n > 0))
-}
 
 /// A backlog on 8 equal partitions drains in step: at every sample of `kafka_offsets` taken
 /// while it drains, the partition furthest ahead has advanced at most twice as far as the one
@@ -87,22 +46,24 @@ async fn a_backlog_on_eight_partitions_drains_them_in_step() {
         assert!(Instant::now() < deadline, "not drained: {samples:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let Some(base) = base_of(&samples) else {
+    let totals = vec![PER_PARTITION; PARTITIONS as usize];
+    let Some(verdict) = in_step(&samples, &totals) else {
         panic!("a partition never advanced: {samples:?}")
     };
+    let base = &samples[verdict.base];
     // A partition left waiting while the others drain a tenth of the backlog is not in step
     // either, whatever its pace afterwards.
     assert!(
-        base.iter().sum::<i64>() <= PER_PARTITION * PARTITIONS / 10,
+        verdict.base_done <= PER_PARTITION * PARTITIONS / 10,
         "a partition began only at {base:?}: {samples:?}"
     );
-    let judged = window(&samples, base);
-    let useful = judged.len();
+    let useful = verdict.judged;
     assert!(
         useful >= 5,
         "too few samples while draining to judge ({useful}): {samples:?}"
     );
-    let (ratio, at) = worst_ratio(&judged, base);
+    let (ratio, at) = verdict.worst.expect("samples were judged");
+    let at = &samples[at];
     eprintln!("worst advance ratio {ratio:.2} at {at:?} from {base:?} over {useful} samples");
     assert!(
         ratio <= 2.0,
@@ -121,4 +82,39 @@ async fn a_backlog_on_eight_partitions_drains_them_in_step() {
         "an end of partition was logged: {}",
         sink.logs_tail(20)
     );
+}
+
+/// The rule itself, on made-up samples of 2 partitions of 100 records: a partition's head
+/// start before the other began is not counted against it, a partition served at half the
+/// pace of the other is at the bound, one that stops while the other goes on is infinitely
+/// behind, and a partition that never began has no verdict at all.
+#[test]
+fn the_in_step_rule_counts_advance_from_when_every_partition_began() {
+    let totals = [100, 100];
+    let head_start = vec![
+        vec![30, 0],
+        vec![30, 5],
+        vec![50, 25],
+        vec![70, 45],
+        vec![90, 65],
+    ];
+    let v = in_step(&head_start, &totals).unwrap();
+    assert_eq!((v.base, v.base_done, v.judged), (1, 35, 3));
+    assert_eq!(v.worst, Some((1.0, 2)));
+
+    let half_pace = vec![vec![10, 5], vec![30, 15], vec![50, 25], vec![70, 35]];
+    let v = in_step(&half_pace, &totals).unwrap();
+    assert_eq!(v.worst, Some((2.0, 1)));
+
+    let stalled = vec![vec![10, 10], vec![30, 10], vec![60, 10]];
+    let v = in_step(&stalled, &totals).unwrap();
+    assert_eq!(
+        v.worst.map(|(r, at)| (r.is_infinite(), at)),
+        Some((true, 1))
+    );
+    // Once a partition is done the rest is catching up, and not judged.
+    let v = in_step(&[vec![10, 10], vec![100, 40]], &totals).unwrap();
+    assert_eq!((v.judged, v.worst), (0, None));
+
+    assert_eq!(in_step(&[vec![10, 0], vec![20, 0]], &totals), None);
 }

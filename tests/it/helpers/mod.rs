@@ -2,6 +2,7 @@
 
 pub mod db;
 pub mod http;
+pub mod in_step;
 pub mod kafka;
 pub mod orders;
 pub mod private;
