@@ -15,7 +15,7 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
-    db.slow_writes_to("orders", Duration::from_millis(30)).await;
+    let ender = SessionEnder::arm(&db, "orders", Duration::from_millis(30)).await;
     let topic = TestTopic::create(4).await;
     produce_orders(&producer(), &topic, 0, RECORDS).await;
 
@@ -25,15 +25,9 @@ async fn writer_sessions_killed_mid_transaction_roll_back_and_rewind() {
 
     // The sink's sessions in this database are ended over and over, as a failover or an
     // administrator would: transactions die before, during and after COPY.
-    end_busy_sink_sessions(
-        &db,
-        "orders",
-        RECORDS,
-        20,
-        i64::MAX,
-        Duration::from_millis(150),
-    )
-    .await;
+    ender
+        .end_busy(RECORDS, 20, i64::MAX, Duration::from_millis(150))
+        .await;
 
     wait_drained(&db, &config.group, &topic, Duration::from_secs(180)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, RECORDS).await;

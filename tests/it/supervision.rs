@@ -115,7 +115,7 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
     let db = TestDb::migrated().await;
     db.create_orders_table("orders").await;
     install_offset_audit(&db).await;
-    db.slow_writes_to("orders", Duration::from_millis(20)).await;
+    let ender = SessionEnder::arm(&db, "orders", Duration::from_millis(20)).await;
     let topic = TestTopic::create(2).await;
     produce_orders(&producer(), &topic, 0, 30_000).await;
 
@@ -126,7 +126,9 @@ async fn batches_queued_behind_a_failure_are_not_counted_as_fenced() {
     // Sessions ended mid-drain: the batch in the transaction fails, and the one queued behind
     // it expects a position that never came to be. No other consumer exists, so nothing is
     // fenced.
-    end_busy_sink_sessions(&db, "orders", 30_000, 100, 5, Duration::from_millis(100)).await;
+    ender
+        .end_busy(30_000, 100, 5, Duration::from_millis(100))
+        .await;
     wait_drained(&db, &config.group, &topic, Duration::from_secs(120)).await;
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 30_000).await;
 

@@ -102,9 +102,8 @@ impl TestDb {
             .expect("create orders table");
     }
 
-    /// Makes every statement that writes `table` take at least `pause` longer, so a test that
-    /// ends the sink's sessions finds transactions open instead of a drain that finished
-    /// before it looked (CI once drained 40,000 records between two looks).
+    /// Makes every statement that writes `table` take at least `pause` longer, by a statement
+    /// trigger: what `SessionEnder::arm` needs for transactions to stay open to be ended.
     pub async fn slow_writes_to(&self, table: &str, pause: Duration) {
         self.pool
             .execute(

@@ -68,48 +68,60 @@ pub async fn wait_drained(db: &TestDb, group: &str, topic: &TestTopic, timeout: 
     .await;
 }
 
-/// Ends the sink's busy sessions in `db` again and again, as a failover or an administrator
-/// would: every `pause`, for at most `rounds` rounds, until `enough` sessions were ended or
-/// `table` holds `rows`. It starts only once the sink writes (ending its startup queries would
-/// stop it before it ran) and asserts that something was ended, or the test proved nothing.
-pub async fn end_busy_sink_sessions(
-    db: &TestDb,
-    table: &str,
-    rows: i64,
-    rounds: usize,
-    enough: i64,
-    pause: Duration,
-) -> i64 {
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&services::services().admin_url)
-        .await
-        .expect("admin connection");
-    wait_until("the first rows", Duration::from_secs(60), || async {
-        db.count(table).await > 0
-    })
-    .await;
-    let mut ended = 0i64;
-    for _ in 0..rounds {
-        if ended >= enough || db.count(table).await >= rows {
-            break;
-        }
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
-        )
-        .bind(&db.name)
-        .fetch_one(&admin)
-        .await
-        .expect("end sessions");
-        ended += n;
-        tokio::time::sleep(pause).await;
+/// Ends the sink's busy sessions in a test's database again and again, as a failover or an
+/// administrator would. It is armed before the sink starts, because arming slows every write
+/// of the table (`TestDb::slow_writes_to`): without that, a fast machine drains the backlog
+/// between two looks and nothing is ended (CI once did, with 40,000 records).
+pub struct SessionEnder<'a> {
+    db: &'a TestDb,
+    table: &'a str,
+}
+
+impl<'a> SessionEnder<'a> {
+    /// Makes each statement that writes `table` take `slowdown` longer, so transactions stay
+    /// open long enough to be ended.
+    pub async fn arm(db: &'a TestDb, table: &'a str, slowdown: Duration) -> Self {
+        db.slow_writes_to(table, slowdown).await;
+        Self { db, table }
     }
-    assert!(
-        ended > 0,
-        "no transaction was interrupted: the test proved nothing"
-    );
-    ended
+
+    /// Every `pause`, for at most `rounds` rounds, until `enough` sessions were ended or the
+    /// table holds `rows`. It starts only once the sink writes (ending its startup queries
+    /// would stop it before it ran) and asserts that something was ended, or the test proved
+    /// nothing.
+    pub async fn end_busy(&self, rows: i64, rounds: usize, enough: i64, pause: Duration) -> i64 {
+        let (db, table) = (self.db, self.table);
+        let admin = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&services::services().admin_url)
+            .await
+            .expect("admin connection");
+        wait_until("the first rows", Duration::from_secs(60), || async {
+            db.count(table).await > 0
+        })
+        .await;
+        let mut ended = 0i64;
+        for _ in 0..rounds {
+            if ended >= enough || db.count(table).await >= rows {
+                break;
+            }
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE datname = $1 AND application_name = 'kafka-pg-sink' AND state <> 'idle'",
+            )
+            .bind(&db.name)
+            .fetch_one(&admin)
+            .await
+            .expect("end sessions");
+            ended += n;
+            tokio::time::sleep(pause).await;
+        }
+        assert!(
+            ended > 0,
+            "no transaction was interrupted: the test proved nothing"
+        );
+        ended
+    }
 }
 
 /// Waits until `sink` has been assigned partitions: a SIGTERM before then lands before its
