@@ -63,6 +63,7 @@ impl Readout {
             self.worst_ratio = Some(f64::INFINITY);
             return;
         };
+        self.judged = verdict.judged;
         // Late only if a partition was seen waiting over several samples while the others
         // drained (the test, with a backlog 8 times the smoke run's, asks no more than the
         // tenth): in a run of a few batches the first commits are already past a tenth, and
@@ -77,7 +78,6 @@ impl Readout {
             return;
         }
         self.worst_ratio = verdict.worst.map(|(ratio, _)| ratio);
-        self.judged = verdict.judged;
     }
 
     /// About `rows` samples, evenly spaced, as a text table of lag per partition.
