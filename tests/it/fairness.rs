@@ -118,3 +118,22 @@ fn the_in_step_rule_counts_advance_from_when_every_partition_began() {
 
     assert_eq!(in_step(&[vec![10, 0], vec![20, 0]], &totals), None);
 }
+
+/// README says the benchmark's fairness readout judges by this same rule: its source includes
+/// the rule's file and calls it, or the number it prints could drift from the bound above.
+#[test]
+fn the_benchmark_readout_judges_by_the_in_step_rule() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/throughput/fairness.rs"
+    );
+    let bench = std::fs::read_to_string(path).expect("the benchmark's fairness readout");
+    assert!(
+        bench.contains(r#"#[path = "../../tests/it/helpers/in_step.rs"]"#),
+        "{path} no longer includes the in_step rule"
+    );
+    assert!(
+        bench.contains("in_step(&progress, &self.totals)"),
+        "{path} no longer judges by in_step"
+    );
+}
