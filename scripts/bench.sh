@@ -7,6 +7,7 @@
 #   scripts/bench.sh --only copy,insert,avro --rounds 3    # medians of 3 rounds on a noisy machine
 #   scripts/bench.sh --only copy,insert,connect-json,debezium  # the JSON envelopes (schema per record)
 #   scripts/bench.sh --only sparse-upsert --records 200000     # upserts carrying different column subsets
+#   scripts/bench.sh --only insert,upsert,connect-json,debezium,fetch-floor  # what receiving the envelopes' bytes costs
 # BENCH_PROFILE=dev uses the debug build (CI's smoke run: it must finish, numbers mean nothing).
 # Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL, and for avro and protobuf (in the default
 # set) SCHEMA_REGISTRY_URL: eval "$(scripts/dev-services.sh env)"

@@ -6,6 +6,7 @@
 
 mod data;
 mod fairness;
+mod floor;
 mod formats;
 mod proc;
 mod registry;
@@ -41,12 +42,12 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     trickle_rate: u64,
     /// Scenarios to run, comma-separated: copy, insert, idle-topic, avro, protobuf,
-    /// connect-json, debezium, upsert, sparse-upsert, naive, strategies, trickle. avro and
-    /// protobuf need SCHEMA_REGISTRY_URL.
+    /// connect-json, debezium, upsert, sparse-upsert, fetch-floor, naive, strategies,
+    /// trickle. avro and protobuf need SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,naive,strategies,trickle"
+        default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,fetch-floor,naive,strategies,trickle"
     )]
     only: Vec<String>,
     /// Rounds of the COPY ceiling, insert, idle-topic, registry-format, envelope, upsert (new
@@ -410,6 +411,11 @@ async fn main() -> anyhow::Result<()> {
             results.extend([uniform, sparse]);
         }
     }
+    if wants("fetch-floor") {
+        let floors = fetch_floors(&env, &args, topic, &envelopes).await?;
+        ratios_extra.extend(floor_ratios(&floors, &insert, &upsert, &by_format));
+        results.extend(floors.into_iter().map(|(_, m)| m));
+    }
     let mut naive = None;
     if wants("naive") {
         say(&format!("naive baseline on {naive_n} records"));
@@ -577,6 +583,82 @@ async fn sparse_upsert<'a>(
         out.push((uniform, sparse));
     }
     Ok(out)
+}
+
+/// The fetch floor of the plain-JSON topic and of each envelope's (`floor`), after the rounds:
+/// each keyed by its format's name (`json` for plain JSON).
+async fn fetch_floors(
+    env: &setup::Env,
+    args: &Args,
+    json_topic: &str,
+    envelopes: &[(&'static str, String, u64)],
+) -> anyhow::Result<Vec<(&'static str, Measurement)>> {
+    let mut floors = Vec::new();
+    let topics = std::iter::once(("json", json_topic)).chain(
+        envelopes
+            .iter()
+            .map(|(name, topic, _)| (*name, topic.as_str())),
+    );
+    for (name, topic) in topics {
+        eprintln!("bench: fetch floor of the {name} topic (receive every record, nothing else)");
+        let label = format!("fetch floor, {name}");
+        let measured = floor::fetch_floor(
+            &label,
+            &env.kafka,
+            topic,
+            args.partitions,
+            args.records,
+            &args.kafka_properties,
+        )
+        .await?;
+        floors.push((name, measured));
+    }
+    Ok(floors)
+}
+
+/// What the floors bound for each envelope against plain JSON in its write mode, from the last
+/// round's drains: the least CPU per record and the most rows/s the bytes allow, and the
+/// sink's own cost beyond them.
+fn floor_ratios(
+    floors: &[(&str, Measurement)],
+    insert: &Option<Measurement>,
+    upsert: &Option<Measurement>,
+    by_format: &[(&str, WriteMode, Measurement)],
+) -> Vec<(String, f64)> {
+    let floor_of = |name: &str| floors.iter().find(|(n, _)| *n == name).map(|(_, m)| m);
+    let Some(plain_floor) = floor_of("json") else {
+        return Vec::new();
+    };
+    let mut ratios = Vec::new();
+    for (name, mode, envelope) in by_format {
+        let (Some(envelope_floor), (Some(plain), label)) = (
+            floor_of(name),
+            match mode {
+                WriteMode::Upsert => (upsert.as_ref(), "sink upsert"),
+                WriteMode::Insert => (insert.as_ref(), "sink insert"),
+            },
+        ) else {
+            continue;
+        };
+        let Some(b) = floor::bound(plain, envelope, plain_floor, envelope_floor) else {
+            continue;
+        };
+        ratios.extend([
+            (
+                format!("{name} at best (fetch floors): CPU per record / {label}'s"),
+                b.least_cpu_ratio,
+            ),
+            (
+                format!("{name} at best (fetch floors): rows/s / {label}'s"),
+                b.most_rows_ratio,
+            ),
+            (
+                format!("sink {name} CPU beyond its floor / {label}'s beyond its"),
+                b.own_cpu_ratio,
+            ),
+        ]);
+    }
+    ratios
 }
 
 /// The ratios of one round's COPY (both orders), insert, upsert and per-format scenarios.

@@ -58,7 +58,7 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    fn new(name: &str, rows: u64, payload_bytes: u64, elapsed: Duration) -> Self {
+    pub fn new(name: &str, rows: u64, payload_bytes: u64, elapsed: Duration) -> Self {
         let secs = elapsed.as_secs_f64().max(1e-9);
         Self {
             name: name.into(),

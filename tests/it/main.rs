@@ -6,6 +6,7 @@ mod arrays;
 mod avro;
 mod bad_input;
 mod batching;
+mod bench_floor;
 mod claims;
 mod cli;
 mod crash;

@@ -1,6 +1,7 @@
 //! Shared test machinery: real services, a database and topics per test, the real binary.
 
 pub mod db;
+pub mod fetch_floor;
 pub mod http;
 pub mod in_step;
 pub mod kafka;
