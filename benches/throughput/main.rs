@@ -225,14 +225,18 @@ async fn main() -> anyhow::Result<()> {
         setup::fresh_topic(&env, idle_topic, args.partitions).await?;
     }
 
+    // The fetch floor's consumer gets the same `[kafka.properties]` as the sinks.
+    let kafka_properties = if args.kafka_properties.is_empty() {
+        String::new()
+    } else {
+        format!("[kafka.properties]\n{}\n", args.kafka_properties)
+    };
     let mut batch = if args.batch.is_empty() {
         String::new()
     } else {
         format!("[batch]\n{}\n", args.batch)
     };
-    if !args.kafka_properties.is_empty() {
-        batch.push_str(&format!("[kafka.properties]\n{}\n", args.kafka_properties));
-    }
+    batch.push_str(&kafka_properties);
     let mut results = Vec::new();
     let run = |name: &'static str, group: &'static str, mode| SinkRun {
         name,
@@ -412,7 +416,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     if wants("fetch-floor") {
-        let floors = fetch_floors(&env, &args, topic, &envelopes).await?;
+        let floors = fetch_floors(&env, &args, &kafka_properties, topic, &envelopes).await?;
         ratios_extra.extend(floor_ratios(&floors, &insert, &upsert, &by_format));
         results.extend(floors.into_iter().map(|(_, m)| m));
     }
@@ -590,6 +594,7 @@ async fn sparse_upsert<'a>(
 async fn fetch_floors(
     env: &setup::Env,
     args: &Args,
+    kafka_properties: &str,
     json_topic: &str,
     envelopes: &[(&'static str, String, u64)],
 ) -> anyhow::Result<Vec<(&'static str, Measurement)>> {
@@ -608,7 +613,7 @@ async fn fetch_floors(
             topic,
             args.partitions,
             args.records,
-            &args.kafka_properties,
+            kafka_properties,
         )
         .await?;
         floors.push((name, measured));
@@ -631,16 +636,13 @@ fn floor_ratios(
     };
     let mut ratios = Vec::new();
     for (name, mode, envelope) in by_format {
-        let (Some(envelope_floor), (Some(plain), label)) = (
-            floor_of(name),
-            match mode {
-                WriteMode::Upsert => (upsert.as_ref(), "sink upsert"),
-                WriteMode::Insert => (insert.as_ref(), "sink insert"),
-            },
-        ) else {
-            continue;
-        };
-        let Some(b) = floor::bound(plain, envelope, plain_floor, envelope_floor) else {
+        let (plain, label) = plain_in_mode(*mode, insert, upsert);
+        let Some(b) = floor_of(name)
+            .zip(plain.as_ref())
+            .and_then(|(envelope_floor, plain)| {
+                floor::bound(plain, envelope, plain_floor, envelope_floor)
+            })
+        else {
             continue;
         };
         ratios.extend([
@@ -659,6 +661,19 @@ fn floor_ratios(
         ]);
     }
     ratios
+}
+
+/// The plain-JSON drain a format is compared with: the one in its write mode (Debezium's
+/// upserts with the plain upserts), and its label.
+fn plain_in_mode<'a>(
+    mode: WriteMode,
+    insert: &'a Option<Measurement>,
+    upsert: &'a Option<Measurement>,
+) -> (&'a Option<Measurement>, &'static str) {
+    match mode {
+        WriteMode::Upsert => (upsert, "sink upsert"),
+        WriteMode::Insert => (insert, "sink insert"),
+    }
 }
 
 /// The ratios of one round's COPY (both orders), insert, upsert and per-format scenarios.
@@ -689,10 +704,7 @@ fn format_ratios(
                 ratios.push((format!("sink {name} (steady) / COPY"), steady / c));
             }
         }
-        let (plain, label) = match mode {
-            WriteMode::Upsert => (upsert, "sink upsert"),
-            WriteMode::Insert => (insert, "sink insert"),
-        };
+        let (plain, label) = plain_in_mode(*mode, insert, upsert);
         let Some(plain) = plain else { continue };
         ratios.push((
             format!("sink {name} / {label}"),

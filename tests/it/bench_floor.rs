@@ -1,5 +1,6 @@
 //! The benchmark's fetch-floor readout: its arithmetic, and that the benchmark uses it.
 
+use crate::helpers::assert_bench_uses;
 use crate::helpers::fetch_floor::{Bound, Costs};
 
 /// The floors add to plain JSON's cost only what receiving the envelope's bytes costs more.
@@ -28,14 +29,5 @@ fn the_floor_bound_adds_only_what_the_envelopes_bytes_cost_to_receive() {
 /// stops including or calling it.
 #[test]
 fn the_benchmark_floor_readout_uses_the_shared_bound() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/throughput/floor.rs");
-    let bench = std::fs::read_to_string(path).expect("the benchmark's floor readout");
-    assert!(
-        bench.contains(r#"#[path = "../../tests/it/helpers/fetch_floor.rs"]"#),
-        "{path} no longer includes the shared bound"
-    );
-    assert!(
-        bench.contains("Bound::new("),
-        "{path} no longer computes the bound with it"
-    );
+    assert_bench_uses("floor.rs", "fetch_floor.rs", "Bound::new(");
 }

@@ -123,17 +123,9 @@ fn the_in_step_rule_counts_advance_from_when_every_partition_began() {
 /// the rule's file and calls it, or the number it prints could drift from the bound above.
 #[test]
 fn the_benchmark_readout_judges_by_the_in_step_rule() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/throughput/fairness.rs"
-    );
-    let bench = std::fs::read_to_string(path).expect("the benchmark's fairness readout");
-    assert!(
-        bench.contains(r#"#[path = "../../tests/it/helpers/in_step.rs"]"#),
-        "{path} no longer includes the in_step rule"
-    );
-    assert!(
-        bench.contains("in_step(&progress, &self.totals)"),
-        "{path} no longer judges by in_step"
+    assert_bench_uses(
+        "fairness.rs",
+        "in_step.rs",
+        "in_step(&progress, &self.totals)",
     );
 }

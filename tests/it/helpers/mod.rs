@@ -125,6 +125,20 @@ impl<'a> SessionEnder<'a> {
     }
 }
 
+/// Asserts that the benchmark's `benches/throughput/{bench}` includes the shared test helper
+/// `tests/it/helpers/{helper}` and calls it as `call`: where README says a benchmark readout is
+/// computed by code a test checks, this fails if the benchmark stops using that code.
+pub fn assert_bench_uses(bench: &str, helper: &str, call: &str) {
+    let path = format!("{}/benches/throughput/{bench}", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(&path).expect("the benchmark's source");
+    let include = format!(r#"#[path = "../../tests/it/helpers/{helper}"]"#);
+    assert!(
+        source.contains(&include),
+        "{path} no longer includes {helper}"
+    );
+    assert!(source.contains(call), "{path} no longer calls {call}");
+}
+
 /// Waits until `sink` has been assigned partitions: a SIGTERM before then lands before its
 /// handler is installed.
 pub async fn wait_assigned(sink: &sink::Sink) {
