@@ -33,8 +33,8 @@ pub use kafka::{GroupProtocol, KafkaSettings, ResetPolicy};
 pub use log::{LogFormat, LogSettings};
 pub use postgres::{PostgresSettings, SessionRole};
 pub use registry::{RegistrySettings, SubjectPart, SubjectStrategy};
-use secrets::expand_env;
 pub(crate) use secrets::spelled;
+use secrets::{expand_env, expand_env_in_url};
 pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
     AutoEvolve, ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns,
@@ -271,7 +271,7 @@ impl Settings {
 /// checked to be a URL. One function, so `migrate` connects exactly as `run` and `check` do.
 /// Errors name the variable or the problem, never the URL (it may hold a password).
 fn resolve_database_url(url: &SecretString) -> Result<SecretString, ConfigError> {
-    let url = expand_env(url.expose_secret()).map_err(|var| {
+    let url = expand_env_in_url(url.expose_secret()).map_err(|var| {
         ConfigError::Invalid(format!(
             "postgres.url refers to ${{{var}}}, which is not set"
         ))

@@ -8,7 +8,8 @@ use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
+use crate::helpers::orders::assert_orders_are;
+use crate::helpers::sink::{run_cli, run_cli_env, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
 /// The value of an environment variable that `scripts/dev-services.sh env` provides.
@@ -665,4 +666,98 @@ async fn gssapi_is_not_built_in() {
         all.contains("No provider for SASL mechanism GSSAPI"),
         "{all}"
     );
+}
+
+/// A password from a secret store holds any character: `${NAME}` puts it into the URL's
+/// user-info encoded, so `migrate`, `check` and `run` all log in with it, and none of them
+/// prints a piece of it (the old behaviour: `failed to lookup address information`, and a log
+/// line holding everything after the password's first `@`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_password_with_every_reserved_character_logs_in_through_a_variable() {
+    let db = TestDb::empty().await;
+    db.create_orders_table("orders").await;
+    let role = format!("kps_reserved_{}", &db.name[9..]);
+    // Every reserved character of RFC 3986, `%` with hex digits after it, a space, quotes.
+    let password = "Qz:/?#[]@!$&'()*+,;=%20 \"x\\Wv@p@ss/w:rd%20#?x";
+    db.pool
+        .execute(
+            format!(
+                "CREATE ROLE {role} LOGIN PASSWORD '{}';
+                 ALTER DATABASE \"{}\" OWNER TO {role};
+                 ALTER TABLE orders OWNER TO {role};",
+                password.replace('\'', "''"),
+                db.name
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(None).unwrap();
+    let var = "KPS_TEST_RESERVED_PGPASSWORD";
+    let template =
+        url.as_str()
+            .replacen(&format!("//{role}@"), &format!("//{role}:${{{var}}}@"), 1);
+    assert!(template.contains(var), "{template}");
+    let env = [(var, password)];
+    // Pieces of the password a broken split would print: each side of each reserved run.
+    let pieces = ["Qz", "Wv", "p@ss", "w:rd", "%20#", "#?x", "ss/w"];
+    let leaks = |text: &str| -> Vec<&str> {
+        pieces
+            .iter()
+            .copied()
+            .filter(|piece| text.contains(piece))
+            .collect()
+    };
+
+    let file = ConfigFile::new(&format!("[postgres]\nurl = \"{template}\"\n"));
+    let out = run_cli_env(&["migrate", "--config", file.arg()], &env).await;
+    assert!(out.status.success(), "migrate: {}", out.stderr);
+    let shown = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(leaks(&shown).is_empty(), "{shown}");
+    assert!(db.table_exists("kafka_offsets").await);
+
+    let topic = TestTopic::create(2).await;
+    produce_orders(&producer(), &topic, 0, 500).await;
+    let mut config = SinkConfig::new(&template, &topic.name, "orders");
+    config.env = vec![(var.to_string(), password.to_string())];
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli_env(&["check", "--config", file.arg()], &env).await;
+    assert!(
+        out.status.success(),
+        "check: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains(&format!("//{role}:***@")),
+        "check names the URL with its password hidden: {}",
+        out.stdout
+    );
+    let shown = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(leaks(&shown).is_empty(), "{shown}");
+
+    let mut sink = Sink::start(&config, "reserved password");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    sink.stop();
+    assert_orders_are(&db, "orders", &(0..500).collect::<Vec<_>>()).await;
+    let logs = sink.logs();
+    assert!(
+        leaks(&logs).is_empty(),
+        "the log holds a piece of the password:\n{logs}"
+    );
+
+    // A wrong password fails to log in, and the error shows none of it either.
+    let out = run_cli_env(&["migrate", "--config", file.arg()], &[(var, "Qz@Wv/x")]).await;
+    assert!(!out.status.success());
+    assert!(
+        !out.stderr.contains("Qz") && !out.stderr.contains("Wv"),
+        "{}",
+        out.stderr
+    );
+    db.pool
+        .execute(format!("REASSIGN OWNED BY {role} TO CURRENT_USER; DROP ROLE {role}").as_str())
+        .await
+        .unwrap();
 }
