@@ -43,6 +43,10 @@ pub struct TableWrite {
     /// Schema changes (`auto_create`, `auto_evolve`) the rows need, run first in the
     /// transaction so they commit or roll back with the rows.
     pub ddl: Vec<crate::ddl::Step>,
+    /// Per copy, where its rows hold their key (in key order), for the rounds a write whose
+    /// keys repeat is applied in (`crate::rounds`); empty for writes without staging. The
+    /// rounds are counted by the writer, off the consumer thread.
+    pub keys_at: Vec<Option<Vec<usize>>>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -275,18 +279,26 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         delete_names.extend(names(&[soft.column]));
     }
     let mut copies = Vec::new();
+    // Where each copy's rows hold their key, in key order, for the rounds.
+    let mut keys_at: Vec<Option<Vec<usize>>> = Vec::new();
     let has_deletes = rows.deletes.as_ref().is_some_and(|d| !d.buffer.is_empty());
     for r in rows.shapes {
         if !r.buffer.is_empty() {
             let mut cols = names(&r.columns);
             cols.push(quote_ident(ORDINAL));
             cols.push(quote_ident(MASK));
+            keys_at.push(
+                keys.iter()
+                    .map(|k| r.columns.iter().position(|c| c == k))
+                    .collect(),
+            );
             copies.push(staged(copy_statement(&staging.upserts, &cols), r));
         }
     }
     if let Some(deletes) = rows.deletes.filter(|d| !d.buffer.is_empty()) {
         let mut cols = delete_names.clone();
         cols.push(quote_ident(ORDINAL));
+        keys_at.push(Some((0..keys.len()).collect()));
         copies.push(staged(copy_statement(&staging.deletes, &cols), deletes));
     }
     if copies.is_empty() {
@@ -322,6 +334,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         dead_letters,
         left_out: None,
         ddl: Vec::new(),
+        keys_at,
     })
 }
 
@@ -371,6 +384,7 @@ fn unstaged(
         dead_letters,
         left_out: None,
         ddl: Vec::new(),
+        keys_at: Vec::new(),
     })
 }
 

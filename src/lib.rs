@@ -25,6 +25,7 @@ pub(crate) mod proto;
 pub mod record;
 pub(crate) mod record_routing;
 pub mod registry;
+pub(crate) mod rounds;
 pub(crate) mod routing;
 pub mod schema;
 pub mod shutdown;

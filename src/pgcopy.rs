@@ -160,6 +160,31 @@ impl CopyData {
     }
 }
 
+impl CopyData {
+    /// Appends row `row`'s fields at the positions `wanted`, in that order, each as its
+    /// length and bytes (so `(a, bc)` and `(ab, c)` differ): the bytes that name a row's key,
+    /// to tell the rows of one key apart from the others'. `None` when the row is shorter
+    /// than a position, which only a bug upstream could make.
+    pub fn fields_of(&self, row: usize, wanted: &[usize], out: &mut Vec<u8>) -> Option<()> {
+        let start = *self.row_starts.get(row)?;
+        let mut rest = self.data.get(start + 2..)?;
+        let mut fields: Vec<&[u8]> = Vec::with_capacity(wanted.len());
+        let last = wanted.iter().copied().max()?;
+        for _ in 0..=last {
+            let (len, after) = rest.split_first_chunk::<4>()?;
+            let len = i32::from_be_bytes(*len);
+            let size = len.max(0) as usize;
+            // NULL (-1) has no bytes; its length tells it from an empty value.
+            fields.push(rest.get(..4 + size)?);
+            rest = after.get(size..)?;
+        }
+        for &i in wanted {
+            out.extend_from_slice(fields[i]);
+        }
+        Some(())
+    }
+}
+
 /// The rows of a COPY stream with only the fields `keep` marks, by position, as a stream of
 /// their own: an upsert staging row (every column, then its ordinal and presence mask) as the
 /// table's own COPY of the carried columns reads it. `None` when the stream is not rows of

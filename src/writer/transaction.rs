@@ -12,6 +12,7 @@ use crate::batch::{Batch, PlainCopy, StagedCopy, TableWrite};
 use crate::config::SessionRole;
 use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, TopicPartition};
+use crate::rounds::Rounds;
 
 /// What a committed batch wrote.
 #[derive(Debug, Default)]
@@ -317,15 +318,18 @@ async fn apply_rows(
         }
     }
     let (lo, hi) = write.span();
+    let rounds = Rounds::of(&write.copies, &write.keys_at);
     if write.dead_letters.is_none() && !search {
-        return apply_range(conn, write, first, lo, hi).await.map(|()| None);
+        return apply_range(conn, write, &rounds, first, lo, hi)
+            .await
+            .map(|()| None);
     }
     let mut ranges = VecDeque::from([(lo, hi)]);
     while let Some((lo, hi)) = ranges.pop_front() {
         sqlx::query("SAVEPOINT kps_rows")
             .execute(&mut *conn)
             .await?;
-        match apply_range(conn, write, first, lo, hi).await {
+        match apply_range(conn, write, &rounds, first, lo, hi).await {
             Ok(()) => {
                 sqlx::query("RELEASE SAVEPOINT kps_rows")
                     .execute(&mut *conn)
@@ -368,14 +372,36 @@ async fn apply_rows(
 }
 
 /// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements; or, for
-/// upserts that may all be new keys, copies them straight into the table if it takes them.
+/// upserts that may all be new keys, copies them straight into the table if it takes them. A
+/// write whose keys repeat does so once per round (`crate::rounds`): the statements end by
+/// emptying the staging tables, so each round merges only its own rows.
 async fn apply_range(
     conn: &mut PgConnection,
     write: &TableWrite,
+    rounds: &Rounds,
     first: &mut CopyFirst,
     lo: i64,
     hi: i64,
 ) -> Result<(), sqlx::Error> {
+    // A plain COPY of rows whose keys repeat could only fail on them.
+    if rounds.count() > 1 {
+        for round in 1..=rounds.count() {
+            let mut copied = false;
+            for (c, staged) in write.copies.iter().enumerate() {
+                let data = rows_where(write, staged, lo, hi, |i| rounds.of_row(c, i) == round);
+                if let Some(data) = data {
+                    send_copy(conn, &staged.statement, data).await?;
+                    copied = true;
+                }
+            }
+            if copied {
+                for statement in &write.statements {
+                    sqlx::query(statement).execute(&mut *conn).await?;
+                }
+            }
+        }
+        return Ok(());
+    }
     if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
         // A range with no rows has nothing to copy, and no try to count.
         if let Some(data) = range_data(write, staged, lo, hi) {
@@ -411,6 +437,23 @@ async fn send_copy(
         return Err(e);
     }
     copy.finish().await.map(|_| ())
+}
+
+/// The staged rows in `lo..hi` that the write keeps and `round` takes, as one COPY stream;
+/// `None` when there are none.
+fn rows_where(
+    write: &TableWrite,
+    staged: &StagedCopy,
+    lo: i64,
+    hi: i64,
+    take: impl Fn(usize) -> bool,
+) -> Option<bytes::Bytes> {
+    let from = staged.ordinals.partition_point(|&o| o < lo);
+    let to = staged.ordinals.partition_point(|&o| o < hi);
+    let keeps = |i: usize| take(i) && staged.keeps(i, write.left_out);
+    (from..to)
+        .any(keeps)
+        .then(|| staged.data.subset_where(from, to, keeps))
 }
 
 /// The staged rows in `lo..hi` that the write keeps, as one COPY stream; `None` when there
@@ -502,6 +545,7 @@ mod tests {
             dead_letters: None,
             left_out: None,
             ddl: Vec::new(),
+            keys_at: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ mod avro;
 mod bad_input;
 mod batching;
 mod bench_floor;
+mod boundaries;
 mod claims;
 mod cli;
 mod crash;
