@@ -44,7 +44,7 @@ pub struct TableWrite {
     /// transaction so they commit or roll back with the rows.
     pub ddl: Vec<crate::ddl::Step>,
     /// Per copy, where its rows hold their key (in key order), for the rounds a write whose
-    /// keys repeat is applied in (`crate::rounds`); empty for writes without staging. The
+    /// keys repeat is applied in (the writer's rounds); empty for writes without staging. The
     /// rounds are counted by the writer, off the consumer thread.
     pub keys_at: Vec<Option<Vec<usize>>>,
 }

@@ -25,7 +25,6 @@ pub(crate) mod proto;
 pub mod record;
 pub(crate) mod record_routing;
 pub mod registry;
-pub(crate) mod rounds;
 pub(crate) mod routing;
 pub mod schema;
 pub mod shutdown;

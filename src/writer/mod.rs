@@ -25,6 +25,7 @@ mod copy_first;
 mod errors;
 #[cfg(debug_assertions)]
 mod fault;
+mod rounds;
 mod transaction;
 
 pub(crate) use copy_first::CopyFirst;

@@ -7,12 +7,12 @@ use std::collections::{HashSet, VecDeque};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use super::errors::{classify, describe_db_error, is_row_error};
+use super::rounds::Rounds;
 use super::{CopyFirst, Outcome, Session, WriterConfig};
 use crate::batch::{Batch, PlainCopy, StagedCopy, TableWrite};
 use crate::config::SessionRole;
 use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, TopicPartition};
-use crate::rounds::Rounds;
 
 /// What a committed batch wrote.
 #[derive(Debug, Default)]
@@ -373,7 +373,7 @@ async fn apply_rows(
 
 /// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements; or, for
 /// upserts that may all be new keys, copies them straight into the table if it takes them. A
-/// write whose keys repeat does so once per round (`crate::rounds`): the statements end by
+/// write whose keys repeat does so once per round (`rounds`): the statements end by
 /// emptying the staging tables, so each round merges only its own rows.
 async fn apply_range(
     conn: &mut PgConnection,
@@ -388,7 +388,8 @@ async fn apply_range(
         for round in 1..=rounds.count() {
             let mut copied = false;
             for (c, staged) in write.copies.iter().enumerate() {
-                let data = rows_where(write, staged, lo, hi, |i| rounds.of_row(c, i) == round);
+                let in_round = |i: usize| rounds.of_row(c, i) == round;
+                let data = range_data(write, staged, lo, hi, Some(&in_round));
                 if let Some(data) = data {
                     send_copy(conn, &staged.statement, data).await?;
                     copied = true;
@@ -404,7 +405,7 @@ async fn apply_range(
     }
     if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
         // A range with no rows has nothing to copy, and no try to count.
-        if let Some(data) = range_data(write, staged, lo, hi) {
+        if let Some(data) = range_data(write, staged, lo, hi, None) {
             if first.should_try(&write.table) {
                 if copy_plainly(conn, write, plain, &data).await? {
                     first.copied(&write.table);
@@ -415,7 +416,7 @@ async fn apply_range(
         }
     }
     for staged in &write.copies {
-        if let Some(data) = range_data(write, staged, lo, hi) {
+        if let Some(data) = range_data(write, staged, lo, hi, None) {
             send_copy(conn, &staged.statement, data).await?;
         }
     }
@@ -439,40 +440,27 @@ async fn send_copy(
     copy.finish().await.map(|_| ())
 }
 
-/// The staged rows in `lo..hi` that the write keeps and `round` takes, as one COPY stream;
-/// `None` when there are none.
-fn rows_where(
+/// The staged rows in `lo..hi` that the write keeps (and `take` takes, when given), as one
+/// COPY stream; `None` when there are none.
+fn range_data(
     write: &TableWrite,
     staged: &StagedCopy,
     lo: i64,
     hi: i64,
-    take: impl Fn(usize) -> bool,
+    take: Option<&dyn Fn(usize) -> bool>,
 ) -> Option<bytes::Bytes> {
-    let from = staged.ordinals.partition_point(|&o| o < lo);
-    let to = staged.ordinals.partition_point(|&o| o < hi);
-    let keeps = |i: usize| take(i) && staged.keeps(i, write.left_out);
-    (from..to)
-        .any(keeps)
-        .then(|| staged.data.subset_where(from, to, keeps))
-}
-
-/// The staged rows in `lo..hi` that the write keeps, as one COPY stream; `None` when there
-/// are none.
-fn range_data(write: &TableWrite, staged: &StagedCopy, lo: i64, hi: i64) -> Option<bytes::Bytes> {
     let from = staged.ordinals.partition_point(|&o| o < lo);
     let to = staged.ordinals.partition_point(|&o| o < hi);
     if from == to {
         return None;
     }
-    match write.left_out {
-        None => Some(staged.data.subset(from, to)),
-        Some(_) if !(from..to).any(|i| staged.keeps(i, write.left_out)) => None,
-        Some(_) => Some(
-            staged
-                .data
-                .subset_where(from, to, |i| staged.keeps(i, write.left_out)),
-        ),
+    if let (None, None) = (take, write.left_out) {
+        return Some(staged.data.subset(from, to));
     }
+    let keeps = |i: usize| take.is_none_or(|take| take(i)) && staged.keeps(i, write.left_out);
+    (from..to)
+        .any(keeps)
+        .then(|| staged.data.subset_where(from, to, keeps))
 }
 
 /// The plain COPY of `copy_first` of the staged `data`, under a savepoint: `true` when the

@@ -21,7 +21,7 @@ use crate::batch::StagedCopy;
 
 /// Each staged row's round, from 1; a write of one round keeps no numbers.
 #[derive(Debug, Clone, Default)]
-pub struct Rounds {
+pub(super) struct Rounds {
     /// Per copy, per row; empty when there is one round.
     per_copy: Vec<Vec<u32>>,
     count: u32,
@@ -29,7 +29,7 @@ pub struct Rounds {
 
 impl Rounds {
     /// One round: the rows' keys are distinct, or the write has no keys (insert mode).
-    pub fn one() -> Self {
+    pub(super) fn one() -> Self {
         Self {
             per_copy: Vec::new(),
             count: 1,
@@ -39,7 +39,7 @@ impl Rounds {
     /// The rounds of `copies`, whose rows name their key by the fields at `key_fields[i]` of
     /// copy `i` (in the same key order in every copy). A copy without key positions, which
     /// only a bug upstream could make, leaves the write in one round, as before rounds.
-    pub fn of(copies: &[StagedCopy], key_fields: &[Option<Vec<usize>>]) -> Self {
+    pub(super) fn of(copies: &[StagedCopy], key_fields: &[Option<Vec<usize>>]) -> Self {
         let mut rows: Vec<(i64, usize, usize)> = Vec::new();
         for (c, copy) in copies.iter().enumerate() {
             if key_fields.get(c).is_none_or(Option::is_none) {
@@ -77,12 +77,12 @@ impl Rounds {
     }
 
     /// How many rounds the write takes.
-    pub fn count(&self) -> u32 {
+    pub(super) fn count(&self) -> u32 {
         self.count
     }
 
     /// The round of row `row` of copy `copy`.
-    pub fn of_row(&self, copy: usize, row: usize) -> u32 {
+    pub(super) fn of_row(&self, copy: usize, row: usize) -> u32 {
         self.per_copy
             .get(copy)
             .and_then(|rounds| rounds.get(row))
