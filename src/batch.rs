@@ -47,6 +47,9 @@ pub struct TableWrite {
     /// keys repeat is applied in (the writer's rounds); empty for writes without staging. The
     /// rounds are counted by the writer, off the consumer thread.
     pub keys_at: Vec<Option<Vec<usize>>>,
+    /// Where it can stand for the rounds: the statement that shows PostgreSQL the records of
+    /// repeated keys as the rows they propose alone (`Merge::probe`).
+    pub probe: Option<String>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -306,7 +309,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         return unstaged(&table, topic, before, copies, dead_letters);
     }
     let plain = plain_copy(&table, &rows.presence, &copies);
-    let mut statements = Merge {
+    let merge = Merge {
         table: &table,
         keys: &keys,
         upserts: &staging.upserts,
@@ -315,8 +318,9 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         has_deletes,
         soft_delete: rows.soft_delete,
         first_wins: rows.first_wins,
-    }
-    .statements();
+    };
+    let probe = merge.probe();
+    let mut statements = merge.statements();
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
@@ -335,6 +339,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         left_out: None,
         ddl: Vec::new(),
         keys_at,
+        probe,
     })
 }
 
@@ -385,6 +390,7 @@ fn unstaged(
         left_out: None,
         ddl: Vec::new(),
         keys_at: Vec::new(),
+        probe: None,
     })
 }
 
@@ -465,7 +471,7 @@ mod tests {
     use crate::mapping::EncodeError;
     use crate::offsets::TopicPartition;
     use crate::record::RecordView;
-    use crate::schema::{Column, ColumnType};
+    use crate::schema::{Column, ColumnType, RowRules};
 
     /// `id bigint NOT NULL` (the primary key) and `note text DEFAULT …`, described by hand.
     fn table(name: &str, oid: u32) -> Arc<Table> {
@@ -486,6 +492,7 @@ mod tests {
                 column("note", ColumnType::Text, false, true),
             ],
             skipped: vec![],
+            rules: crate::schema::RowRules::default(),
             primary_key: vec!["id".into()],
             unique_keys: vec![vec!["id".into()]],
         })
@@ -767,6 +774,72 @@ mod tests {
         add(&mut open, 0, &m, &t, 4, r#"{"id":1}"#).unwrap();
         add(&mut open, 0, &m, &t, 5, r#"{"id":2,"note":"y"}"#).unwrap();
         assert_eq!(plain(&mut open, 6), None);
+    }
+
+    /// A probe stands for the rounds only where the table refuses a row for its own values and
+    /// the records carried the same columns (all of them, under `CHECK`s); soft deletes, rules
+    /// beyond the row and partial records go in rounds.
+    #[test]
+    fn the_probe_stands_for_rounds_only_where_the_row_alone_decides() {
+        let t: Arc<str> = "t".into();
+        let probe = |rules: RowRules, extra: &str, values: &[&str]| {
+            let mut described = (*table("t", 5)).clone();
+            described.rules = rules;
+            // The soft-delete mark, which no record carries.
+            if extra.contains("soft") {
+                described.columns.push(Column {
+                    name: "gone".into(),
+                    ty: ColumnType::Bool,
+                    sql_type: "boolean".into(),
+                    not_null: false,
+                    has_default: false,
+                    default_sql: None,
+                });
+            }
+            let settings: TopicSettings = Figment::from(Toml::string(&format!(
+                "name = \"t\"\ntable = \"t\"\nmode = \"upsert\"\n{extra}"
+            )))
+            .extract()
+            .unwrap();
+            let m = TopicMapper::new(&settings, Arc::new(described)).unwrap();
+            let mut open = OpenBatch::default();
+            for (offset, value) in values.iter().enumerate() {
+                add(&mut open, 0, &m, &t, offset as i64, value).unwrap();
+            }
+            let batch = open.seal(1, vec![advance("t", values.len() as i64)]);
+            batch.writes[0].probe.clone()
+        };
+        let whole = [r#"{"id":1,"note":"a"}"#, r#"{"id":1,"note":"b"}"#];
+        let id_only = [r#"{"id":1}"#, r#"{"id":1}"#];
+        let partial = [r#"{"id":1,"note":"a"}"#, r#"{"id":1}"#];
+        let none = RowRules::default();
+        let checks = RowRules {
+            checks: true,
+            beyond_the_row: false,
+        };
+        let beyond = RowRules {
+            checks: false,
+            beyond_the_row: true,
+        };
+        let statement = probe(none, "", &whole).expect("a probe");
+        assert!(
+            statement.starts_with(
+                r#"INSERT INTO "public"."t" ("id", "note") SELECT "id", "note" FROM pg_temp."#
+            ) && statement
+                .ends_with(r#"WHERE "__kps_ord" = ANY($1) ON CONFLICT ("id") DO NOTHING"#),
+            "{statement}"
+        );
+        assert!(probe(checks, "", &whole).is_some(), "every column carried");
+        assert!(
+            probe(none, "", &id_only).is_some(),
+            "no CHECK to relate columns"
+        );
+        assert_eq!(probe(checks, "", &id_only), None, "a CHECK may read `note`");
+        assert_eq!(probe(beyond, "", &whole), None);
+        assert_eq!(probe(none, "", &partial), None);
+        let soft =
+            "delete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"";
+        assert_eq!(probe(none, soft, &whole), None);
     }
 
     /// A column added to the table (`auto_evolve`) gives its staging tables new names, so a

@@ -67,6 +67,36 @@ impl Merge<'_> {
         statements
     }
 
+    /// The statement that shows PostgreSQL the records of a batch's repeated keys (their
+    /// ordinals bound as `$1`) each as the row it proposes alone, so a record a later one of
+    /// its key supersedes is still refused where it would be alone: `INSERT … ON CONFLICT DO
+    /// NOTHING` checks a proposed row's `NOT NULL`, `CHECK`s and partition before it looks for
+    /// the conflict, and inserts nothing the merge would not (it is taken back either way). It
+    /// stands for applying them one by one only where the table's rules look at the row alone
+    /// (`RowRules`) and every record carried the same columns (all of them, where the table
+    /// has `CHECK`s, which may relate a carried column to a stored one); `None` elsewhere,
+    /// and such a batch goes in rounds.
+    pub(crate) fn probe(&self) -> Option<String> {
+        let rules = self.table.rules;
+        if self.soft_delete.is_some() || rules.beyond_the_row {
+            return None;
+        }
+        let columns = self.presence.uniform()?;
+        if columns.is_empty() || (rules.checks && columns.len() != self.table.columns.len()) {
+            return None;
+        }
+        let names: Vec<String> = columns.iter().map(|&c| self.name(c)).collect();
+        Some(format!(
+            "INSERT INTO {target} ({cols}) SELECT {cols} FROM {ups} WHERE {ord} = ANY($1) \
+             ON CONFLICT ({keys}) DO NOTHING",
+            target = self.table.qualified(),
+            cols = names.join(", "),
+            ups = self.upserts,
+            ord = quote_ident(ORDINAL),
+            keys = self.key_names().join(", "),
+        ))
+    }
+
     /// Soft deletes, after the merge: a row stays as it is, upserts included, and a key whose
     /// last records are deletes is marked by the first of them (the one that deleted it) —
     /// unless it is marked already, or has no row (a delete of nothing changes nothing).

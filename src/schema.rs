@@ -136,6 +136,24 @@ pub struct Table {
     /// included): what `ON CONFLICT (…)` can name, and what a COPY is checked against row by
     /// row.
     pub unique_keys: Vec<Vec<String>>,
+    /// What besides a row's own values PostgreSQL checks it against.
+    pub rules: RowRules,
+}
+
+/// What can make PostgreSQL refuse a row beyond the row's own column values (`NOT NULL`,
+/// domains, the partition it falls in). An upsert batch that names a key several times folds
+/// them, and must still show PostgreSQL every superseded record: with none of these, a probe
+/// of the superseded records' own rows is what applying each alone would check; with any, they
+/// are applied one round per record (`writer::rounds`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowRules {
+    /// `CHECK` constraints of the table or its partitions: one may relate a column a partial
+    /// record carries to one the update keeps as stored.
+    pub checks: bool,
+    /// Triggers, foreign keys, exclusion constraints, more than one unique index, row-level
+    /// security or rules, on the table or its partitions: what they refuse depends on other
+    /// rows, or on the row an upsert updates.
+    pub beyond_the_row: bool,
 }
 
 impl Table {
@@ -246,6 +264,23 @@ SELECT i.indisprimary, i.indimmediate, array_agg(a.attname::text ORDER BY k.ord)
  GROUP BY i.indexrelid, i.indisprimary, i.indimmediate
  ORDER BY i.indisprimary DESC, i.indexrelid";
 
+/// The table's `RowRules`, over the table and every partition of it (`pg_partition_tree` is
+/// empty for a table that is not partitioned).
+const ROW_RULES_SQL: &str = "
+WITH tree AS (SELECT $1::oid AS relid UNION SELECT relid::oid FROM pg_partition_tree($1))
+SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid IN (SELECT relid FROM tree) AND contype = 'c'),
+       EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid IN (SELECT relid FROM tree) AND NOT tgisinternal)
+       OR EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid IN (SELECT relid FROM tree) AND contype IN ('f', 'x'))
+       OR EXISTS (SELECT 1 FROM pg_class
+                   WHERE oid IN (SELECT relid FROM tree) AND (relrowsecurity OR relhasrules))
+       OR (SELECT count(DISTINCT i.indexrelid) FROM pg_index i
+            WHERE i.indrelid = $1 AND i.indisunique) > 1
+       OR EXISTS (SELECT 1 FROM pg_index i
+                   WHERE i.indrelid IN (SELECT relid FROM tree) AND i.indrelid <> $1
+                     AND i.indisunique
+                     AND NOT EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = i.indexrelid))";
+
 /// Reads a table's columns; names are bound as values, never spliced.
 pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table, SchemaError> {
     let oid: Option<i64> = sqlx::query_scalar(
@@ -317,6 +352,10 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         .find(|(primary, _, _)| *primary)
         .map(|(_, _, cols)| cols.clone())
         .unwrap_or_default();
+    let (checks, beyond_the_row): (bool, bool) = sqlx::query_as(ROW_RULES_SQL)
+        .bind(sqlx::postgres::types::Oid(oid as u32))
+        .fetch_one(pool)
+        .await?;
     Ok(Table {
         oid: oid as u32,
         schema: schema.into(),
@@ -330,6 +369,10 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
             .filter(|(_, immediate, _)| *immediate)
             .map(|(_, _, cols)| cols)
             .collect(),
+        rules: RowRules {
+            checks,
+            beyond_the_row,
+        },
     })
 }
 

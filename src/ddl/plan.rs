@@ -79,6 +79,7 @@ pub(crate) fn missing_table(settings: &TopicSettings, name: &str) -> Table {
         name: name.to_string(),
         columns: Vec::new(),
         skipped: Vec::new(),
+        rules: crate::schema::RowRules::default(),
         primary_key: Vec::new(),
         unique_keys: Vec::new(),
     }
@@ -225,6 +226,7 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
             })
             .collect(),
         skipped: Vec::new(),
+        rules: crate::schema::RowRules::default(),
         unique_keys: if pk.is_empty() {
             Vec::new()
         } else {

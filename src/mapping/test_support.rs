@@ -39,6 +39,7 @@ pub(crate) fn table(columns: Vec<Column>, primary_key: &[&str]) -> Arc<Table> {
         name: "t".into(),
         columns,
         skipped: vec![],
+        rules: crate::schema::RowRules::default(),
         unique_keys: if pk.is_empty() {
             vec![]
         } else {

@@ -184,6 +184,7 @@ mod tests {
                 default_sql: None,
             }],
             skipped: vec![],
+            rules: crate::schema::RowRules::default(),
             primary_key: vec![],
             unique_keys: vec![],
         })

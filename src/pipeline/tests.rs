@@ -473,6 +473,7 @@ fn table() -> Arc<Table> {
             column("note", ColumnType::Text, false),
         ],
         skipped: vec![],
+        rules: crate::schema::RowRules::default(),
         primary_key: vec!["id".into()],
         unique_keys: vec![vec!["id".into()]],
     })

@@ -21,6 +21,7 @@ use crate::config::PostgresSettings;
 use crate::offsets::{self, TopicPartition};
 use rdkafka::producer::FutureProducer;
 
+mod copy;
 mod copy_first;
 mod errors;
 #[cfg(debug_assertions)]

@@ -9,6 +9,12 @@
 //! merge in which every key has one row, so every record is applied as it would be alone, in
 //! its key's order. A write whose keys are all distinct (most) is one round, as before.
 //!
+//! Rounds cost a merge each, and a key updated a thousand times in a batch is a thousand
+//! merges. Where the table refuses a row for its own values only (`schema::RowRules`) and the
+//! records carried the same columns, a probe stands for them (`Merge::probe`): the repeated
+//! keys' records are offered as the rows they propose alone, under a savepoint taken back,
+//! and the one merge follows.
+//!
 //! Keys are compared by their encoded bytes: equal bytes are equal values. Two values
 //! PostgreSQL holds equal but encodes apart (`numeric` `1.0` and `1.00`) fall in one round and
 //! are folded there, as every key was before rounds.
@@ -16,8 +22,10 @@
 use std::hash::BuildHasher as _;
 
 use foldhash::{HashMap, HashMapExt};
+use sqlx::PgConnection;
 
-use crate::batch::StagedCopy;
+use super::copy::{range_data, send_copy};
+use crate::batch::{StagedCopy, TableWrite};
 
 /// Each staged row's round, from 1; a write of one round keeps no numbers.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +33,8 @@ pub(super) struct Rounds {
     /// Per copy, per row; empty when there is one round.
     per_copy: Vec<Vec<u32>>,
     count: u32,
+    /// The ordinals of the rows whose key has more than one, in order.
+    repeated: Vec<i64>,
 }
 
 impl Rounds {
@@ -33,6 +43,7 @@ impl Rounds {
         Self {
             per_copy: Vec::new(),
             count: 1,
+            repeated: Vec::new(),
         }
     }
 
@@ -56,7 +67,8 @@ impl Rounds {
             copies.iter().map(|c| vec![1; c.ordinals.len()]).collect();
         let mut count = 1;
         let mut key = Vec::new();
-        for (_, c, r) in rows {
+        let mut hashes = Vec::with_capacity(rows.len());
+        for &(_, c, r) in &rows {
             key.clear();
             let Some(fields) = &key_fields[c] else {
                 return Self::one();
@@ -64,7 +76,9 @@ impl Rounds {
             if copies[c].data.fields_of(r, fields, &mut key).is_none() {
                 return Self::one();
             }
-            let n = seen.entry(hashing.hash_one(key.as_slice())).or_insert(0);
+            let hash = hashing.hash_one(key.as_slice());
+            hashes.push(hash);
+            let n = seen.entry(hash).or_insert(0);
             *n += 1;
             let round = *n;
             per_copy[c][r] = round;
@@ -73,7 +87,69 @@ impl Rounds {
         if count == 1 {
             return Self::one();
         }
-        Self { per_copy, count }
+        let repeated = rows
+            .iter()
+            .zip(&hashes)
+            .filter(|&(_, hash)| seen.get(hash).is_some_and(|&n| n > 1))
+            .map(|(&(ordinal, _, _), _)| ordinal)
+            .collect();
+        Self {
+            per_copy,
+            count,
+            repeated,
+        }
+    }
+
+    /// The ordinals in `lo..hi` of the rows whose key has more than one row in the write.
+    fn repeated(&self, lo: i64, hi: i64) -> Vec<i64> {
+        let from = self.repeated.partition_point(|&o| o < lo);
+        let to = self.repeated.partition_point(|&o| o < hi);
+        self.repeated[from..to].to_vec()
+    }
+
+    /// Applies the rows of `write` in `lo..hi`, whose keys repeat: by the probe and one merge
+    /// where the write has one, else a COPY and a merge per round (the statements end by
+    /// emptying the staging tables, so each round merges only its own rows).
+    pub(super) async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        write: &TableWrite,
+        lo: i64,
+        hi: i64,
+    ) -> Result<(), sqlx::Error> {
+        let Some(probe) = &write.probe else {
+            for round in 1..=self.count {
+                let mut copied = false;
+                for (c, staged) in write.copies.iter().enumerate() {
+                    let in_round = |i: usize| self.of_row(c, i) == round;
+                    if let Some(data) = range_data(write, staged, lo, hi, Some(&in_round)) {
+                        send_copy(conn, &staged.statement, data).await?;
+                        copied = true;
+                    }
+                }
+                if copied {
+                    run(conn, &write.statements).await?;
+                }
+            }
+            return Ok(());
+        };
+        for staged in &write.copies {
+            if let Some(data) = range_data(write, staged, lo, hi, None) {
+                send_copy(conn, &staged.statement, data).await?;
+            }
+        }
+        // Taken back whether it passes or not: the merge writes the rows.
+        sqlx::query("SAVEPOINT kps_probe")
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(probe)
+            .bind(self.repeated(lo, hi))
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("ROLLBACK TO SAVEPOINT kps_probe")
+            .execute(&mut *conn)
+            .await?;
+        run(conn, &write.statements).await
     }
 
     /// How many rounds the write takes.
@@ -82,13 +158,21 @@ impl Rounds {
     }
 
     /// The round of row `row` of copy `copy`.
-    pub(super) fn of_row(&self, copy: usize, row: usize) -> u32 {
+    fn of_row(&self, copy: usize, row: usize) -> u32 {
         self.per_copy
             .get(copy)
             .and_then(|rounds| rounds.get(row))
             .copied()
             .unwrap_or(1)
     }
+}
+
+/// Runs a write's statements (the merge, the deletes, emptying the staging tables).
+async fn run(conn: &mut PgConnection, statements: &[String]) -> Result<(), sqlx::Error> {
+    for statement in statements {
+        sqlx::query(statement).execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -129,6 +213,9 @@ mod tests {
         let upsert_rounds: Vec<u32> = (0..4).map(|r| rounds.of_row(0, r)).collect();
         assert_eq!(upsert_rounds, [1, 1, 3, 1]);
         assert_eq!((rounds.of_row(1, 0), rounds.of_row(1, 1)), (2, 2));
+        // Keys a and b repeat, c does not.
+        assert_eq!(rounds.repeated(0, 6), [0, 1, 2, 3, 4]);
+        assert_eq!(rounds.repeated(2, 4), [2, 3]);
     }
 
     /// Distinct keys are one round and keep no numbers; a key is all its fields, each told

@@ -6,10 +6,11 @@ use std::collections::{HashSet, VecDeque};
 
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
+use super::copy::{range_data, send_copy};
 use super::errors::{classify, describe_db_error, is_row_error};
 use super::rounds::Rounds;
 use super::{CopyFirst, Outcome, Session, WriterConfig};
-use crate::batch::{Batch, PlainCopy, StagedCopy, TableWrite};
+use crate::batch::{Batch, PlainCopy, TableWrite};
 use crate::config::SessionRole;
 use crate::dead_letter::{self, DeadLetter};
 use crate::offsets::{self, TopicPartition};
@@ -373,8 +374,7 @@ async fn apply_rows(
 
 /// Copies the rows whose ordinals fall in `lo..hi`, then runs the table's statements; or, for
 /// upserts that may all be new keys, copies them straight into the table if it takes them. A
-/// write whose keys repeat does so once per round (`rounds`): the statements end by
-/// emptying the staging tables, so each round merges only its own rows.
+/// write whose keys repeat goes by its `Rounds`.
 async fn apply_range(
     conn: &mut PgConnection,
     write: &TableWrite,
@@ -385,23 +385,7 @@ async fn apply_range(
 ) -> Result<(), sqlx::Error> {
     // A plain COPY of rows whose keys repeat could only fail on them.
     if rounds.count() > 1 {
-        for round in 1..=rounds.count() {
-            let mut copied = false;
-            for (c, staged) in write.copies.iter().enumerate() {
-                let in_round = |i: usize| rounds.of_row(c, i) == round;
-                let data = range_data(write, staged, lo, hi, Some(&in_round));
-                if let Some(data) = data {
-                    send_copy(conn, &staged.statement, data).await?;
-                    copied = true;
-                }
-            }
-            if copied {
-                for statement in &write.statements {
-                    sqlx::query(statement).execute(&mut *conn).await?;
-                }
-            }
-        }
-        return Ok(());
+        return rounds.apply(conn, write, lo, hi).await;
     }
     if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
         // A range with no rows has nothing to copy, and no try to count.
@@ -424,43 +408,6 @@ async fn apply_range(
         sqlx::query(statement).execute(&mut *conn).await?;
     }
     Ok(())
-}
-
-/// One COPY stream, ended cleanly on the server if sending fails.
-async fn send_copy(
-    conn: &mut PgConnection,
-    statement: &str,
-    data: bytes::Bytes,
-) -> Result<(), sqlx::Error> {
-    let mut copy = conn.copy_in_raw(statement).await?;
-    if let Err(e) = copy.send(data).await {
-        let _ = copy.abort("send failed").await;
-        return Err(e);
-    }
-    copy.finish().await.map(|_| ())
-}
-
-/// The staged rows in `lo..hi` that the write keeps (and `take` takes, when given), as one
-/// COPY stream; `None` when there are none.
-fn range_data(
-    write: &TableWrite,
-    staged: &StagedCopy,
-    lo: i64,
-    hi: i64,
-    take: Option<&dyn Fn(usize) -> bool>,
-) -> Option<bytes::Bytes> {
-    let from = staged.ordinals.partition_point(|&o| o < lo);
-    let to = staged.ordinals.partition_point(|&o| o < hi);
-    if from == to {
-        return None;
-    }
-    if let (None, None) = (take, write.left_out) {
-        return Some(staged.data.subset(from, to));
-    }
-    let keeps = |i: usize| take.is_none_or(|take| take(i)) && staged.keeps(i, write.left_out);
-    (from..to)
-        .any(keeps)
-        .then(|| staged.data.subset_where(from, to, keeps))
 }
 
 /// The plain COPY of `copy_first` of the staged `data`, under a savepoint: `true` when the
@@ -534,6 +481,7 @@ mod tests {
             left_out: None,
             ddl: Vec::new(),
             keys_at: Vec::new(),
+            probe: None,
         }
     }
 

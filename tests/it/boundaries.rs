@@ -220,3 +220,145 @@ async fn an_ignored_insert_the_check_refuses_is_still_a_dead_letter() {
     };
     same_wherever_batches_end(case, want, false).await;
 }
+
+/// A trigger is a rule beyond the row's own columns: this one refuses only updates, so whether
+/// a record is refused depends on whether its key has a row, and a batch whose keys repeat is
+/// applied in rounds, one record per key each. The update it refuses is a dead letter though
+/// its key's next record supersedes it; the same value inserted is taken, and deleted after.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_a_trigger_refuses_is_a_dead_letter_though_superseded() {
+    let key = |id: i64| format!(r#"{{"id":{id}}}"#);
+    let case = Case {
+        ddl: "CREATE TABLE r (id int8 PRIMARY KEY, v text, n int8);
+              CREATE FUNCTION r_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF NEW.v = 'bad' THEN RAISE EXCEPTION 'refused: %', NEW.v USING ERRCODE = '23514'; END IF;
+                  RETURN NEW;
+                END $$;
+              CREATE TRIGGER r_refuse BEFORE UPDATE ON r FOR EACH ROW EXECUTE FUNCTION r_refuse()",
+        columns: &["id", "v", "n"],
+        settings: "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true\non_error = \"dead_letter\"",
+        records: vec![
+            keyed(&key(1), Some(r#"{"v":"a","n":1}"#)),
+            keyed(&key(1), Some(r#"{"v":"bad","n":2}"#)), // 1: an update the trigger refuses
+            keyed(&key(1), Some(r#"{"v":"b","n":3}"#)),
+            keyed(&key(2), Some(r#"{"v":"bad","n":4}"#)), // an insert: taken
+            keyed(&key(2), None),                         // and deleted
+            keyed(&key(3), Some(r#"{"v":"c","n":6}"#)),
+            keyed(&key(3), None),
+            keyed(&key(3), Some(r#"{"v":"d","n":8}"#)),
+        ],
+    };
+    let want = Outcome {
+        rows: vec![row(&["1", "b", "3"]), row(&["3", "d", "8"])],
+        dead_letters: rejected(&[1]),
+        position: vec![(0, Some(8))],
+    };
+    same_wherever_batches_end(case, want, false).await;
+}
+
+/// Records that all carry the same columns but not every column, under a CHECK relating a
+/// carried column to one they leave as stored: whether a record is refused depends on the row
+/// it updates, so the batch goes in rounds rather than probing the records' own rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_refused_against_a_column_it_leaves_is_a_dead_letter_though_superseded() {
+    let key = |id: i64| format!(r#"{{"id":{id}}}"#);
+    let case = Case {
+        ddl: "CREATE TABLE r (id int8 PRIMARY KEY, lo int8, hi int8, CHECK (lo <= hi));
+              INSERT INTO r VALUES (1, 1, 5), (2, 1, 10)",
+        columns: &["id", "lo", "hi"],
+        settings: "mode = \"upsert\"\nkey_from = \"key\"\non_error = \"dead_letter\"",
+        records: vec![
+            keyed(&key(1), Some(r#"{"lo":9}"#)), // 0: 9 > 5, refused against the stored hi
+            keyed(&key(1), Some(r#"{"lo":2}"#)),
+            keyed(&key(2), Some(r#"{"lo":7}"#)),
+            keyed(&key(2), Some(r#"{"lo":11}"#)), // 3: refused
+            keyed(&key(2), Some(r#"{"lo":8}"#)),
+        ],
+    };
+    let want = Outcome {
+        rows: vec![row(&["1", "2", "5"]), row(&["2", "8", "10"])],
+        dead_letters: rejected(&[0, 3]),
+        position: vec![(0, Some(5))],
+    };
+    same_wherever_batches_end(case, want, false).await;
+}
+
+/// Partial records (each carries some of the columns) under a CHECK that relates two columns:
+/// whether a record is refused depends on the stored row it updates, so the batch goes in
+/// rounds, and a record refused against the row the records before it left is a dead letter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_record_refused_against_its_stored_row_is_a_dead_letter_though_superseded() {
+    let key = |id: i64| format!(r#"{{"id":{id}}}"#);
+    let case = Case {
+        ddl: "CREATE TABLE r (id int8 PRIMARY KEY, lo int8, hi int8, CHECK (lo <= hi))",
+        columns: &["id", "lo", "hi"],
+        settings: "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true\non_error = \"dead_letter\"",
+        records: vec![
+            keyed(&key(1), Some(r#"{"lo":1,"hi":5}"#)),
+            keyed(&key(1), Some(r#"{"lo":9}"#)), // 1: 9 > 5, refused against the stored row
+            keyed(&key(1), Some(r#"{"hi":20}"#)),
+            keyed(&key(1), Some(r#"{"lo":15}"#)), // fits under the new hi
+            keyed(&key(2), Some(r#"{"lo":3,"hi":4}"#)),
+            keyed(&key(2), Some(r#"{"hi":1}"#)), // 5: refused
+            keyed(&key(2), None),
+        ],
+    };
+    let want = Outcome {
+        rows: vec![row(&["1", "15", "20"])],
+        dead_letters: rejected(&[1, 5]),
+        position: vec![(0, Some(7))],
+    };
+    same_wherever_batches_end(case, want, false).await;
+}
+
+/// What decides between the probe and rounds is read from the catalog, over the table and its
+/// partitions: a plain table with a primary key and NOT NULL columns has no rules beyond the
+/// row; each of the others has the one it names.
+#[tokio::test(flavor = "multi_thread")]
+async fn row_rules_are_read_from_the_table_and_its_partitions() {
+    use kafka_pg_sink::schema::{describe, RowRules};
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(
+            "CREATE TABLE plain (id int8 PRIMARY KEY, v text NOT NULL);
+             CREATE TABLE checked (id int8 PRIMARY KEY, v text CHECK (v <> ''));
+             CREATE TABLE second_key (id int8 PRIMARY KEY, email text UNIQUE);
+             CREATE TABLE partial_key (id int8 PRIMARY KEY, email text);
+             CREATE UNIQUE INDEX ON partial_key (email) WHERE email IS NOT NULL;
+             CREATE TABLE child (id int8 PRIMARY KEY, parent int8 REFERENCES plain (id));
+             CREATE TABLE secured (id int8 PRIMARY KEY);
+             ALTER TABLE secured ENABLE ROW LEVEL SECURITY;
+             CREATE TABLE parted (id int8, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+             CREATE TABLE parted_a PARTITION OF parted FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
+             CREATE TABLE parted_trigger (id int8, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+             CREATE TABLE parted_trigger_a PARTITION OF parted_trigger
+               FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
+             CREATE FUNCTION nothing() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+             CREATE TRIGGER on_a_partition BEFORE UPDATE ON parted_trigger_a
+               FOR EACH ROW EXECUTE FUNCTION nothing();
+             CREATE TABLE parted_check (id int8, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+             CREATE TABLE parted_check_a PARTITION OF parted_check (CHECK (id > 0))
+               FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');",
+        )
+        .await
+        .unwrap();
+    let rules = |checks, beyond_the_row| RowRules {
+        checks,
+        beyond_the_row,
+    };
+    for (table, want) in [
+        ("plain", rules(false, false)),
+        ("checked", rules(true, false)),
+        ("second_key", rules(false, true)),
+        ("partial_key", rules(false, true)),
+        ("child", rules(false, true)),
+        ("secured", rules(false, true)),
+        ("parted", rules(false, false)),
+        ("parted_trigger", rules(false, true)),
+        ("parted_check", rules(true, false)),
+    ] {
+        let described = describe(&db.pool, "public", table).await.unwrap();
+        assert_eq!(described.rules, want, "{table}");
+    }
+}
