@@ -19,6 +19,7 @@ mod fairness;
 mod faults;
 mod formats;
 mod helpers;
+mod json_text;
 mod layout;
 mod mapping;
 mod metrics;
