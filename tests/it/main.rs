@@ -9,6 +9,7 @@ mod batching;
 mod bench_floor;
 mod claims;
 mod cli;
+mod connect_json;
 mod crash;
 mod ddl;
 mod ddl_formats;
