@@ -518,6 +518,9 @@ dbz_duration = "us""#,
     assert_eq!(db.rows_as_text("schemaless", &names).await, expected(true));
 }
 
+/// `floats` as read back: id, ratio, score, weight, partition, offset.
+type FloatRow = (i64, f32, Option<f64>, Option<f64>, i32, i64);
+
 /// Issue 25, defect 2: JsonConverter writes float32 and float64 as `"float"` and `"double"`;
 /// `auto_create` must make `real` and `double precision` columns of them, and `auto_evolve`
 /// must add a `double` field that arrives mid-stream.
@@ -540,8 +543,8 @@ async fn float_and_double_fields_create_and_evolve_the_table() {
     let produced: Vec<(i64, f32, Option<f64>, Option<f64>)> = (0..40)
         .map(|id| {
             let ratio = id as f32 / 8.0 - 2.0;
-            let score = (id % 5 != 0).then(|| id as f64 * 1.1e10 + 0.5);
-            let weight = (id >= 20).then(|| -(id as f64) / 3.0);
+            let score = (id % 5 != 0).then_some(id as f64 * 1.1e10 + 0.5);
+            let weight = (id >= 20).then_some(-(id as f64) / 3.0);
             (id, ratio, score, weight)
         })
         .collect();
@@ -595,7 +598,7 @@ async fn float_and_double_fields_create_and_evolve_the_table() {
         ]
     );
     // Read back as the binary values themselves, so no printing can hide a difference.
-    let rows: Vec<(i64, f32, Option<f64>, Option<f64>, i32, i64)> = sqlx::query_as(
+    let rows: Vec<FloatRow> = sqlx::query_as(
         "SELECT id, ratio, score, weight, kafka_partition, kafka_offset FROM floats ORDER BY id",
     )
     .fetch_all(&db.pool)
