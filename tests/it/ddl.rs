@@ -5,55 +5,80 @@
 use std::time::Duration;
 
 use apache_avro::types::Value as Avro;
-use base64::Engine as _;
 use kafka_pg_sink::registry::SchemaKind;
+use serde_json::{json, Value};
 
+use crate::helpers::connect_json::{optional, serialize, struct_of, Described};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
-/// Connect schema v1 of the products; v2 adds an optional `email`.
-fn connect_schema(v2: bool) -> String {
-    format!(
-        r#"{{"type":"struct","name":"product","optional":false,"fields":[
-        {{"field":"id","type":"int64","optional":false}},
-        {{"field":"name","type":"string","optional":true}},
-        {{"field":"price","type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"2","connect.decimal.precision":"10"}}}},
-        {{"field":"day","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Date","version":1}},
-        {{"field":"at","type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1}},
-        {{"field":"tags","type":"array","items":{{"type":"string"}},"optional":true}},
-        {{"field":"flag","type":"boolean","optional":false}}{}]}}"#,
-        if v2 {
-            r#",{"field":"email","type":"string","optional":true}"#
-        } else {
-            ""
-        }
-    )
+/// Connect schema v1 of the products, as the JsonConverter helper reads it
+/// (`helpers::connect_json`); v2 adds an optional `email`.
+fn connect_schema(v2: bool) -> Value {
+    let mut fields = vec![
+        ("id", json!("int64")),
+        ("name", optional(json!("string"))),
+        (
+            "price",
+            optional(json!({"logical": "Decimal", "scale": 2, "precision": 10})),
+        ),
+        ("day", optional(json!({"logical": "Date"}))),
+        ("at", optional(json!({"logical": "Timestamp"}))),
+        (
+            "tags",
+            optional(json!({"type": "array", "items": "string"})),
+        ),
+        ("flag", json!("boolean")),
+    ];
+    if v2 {
+        fields.push(("email", optional(json!("string"))));
+    }
+    struct_of("product", &fields)
 }
 
-/// Product `id` as a Connect JSON record, with an `email` from v2 on.
-fn connect_product(id: i64, v2: bool) -> String {
+/// Product `id`'s values, with an `email` from v2 on.
+fn connect_product(id: i64, v2: bool) -> Value {
     let cents = id * 100 + 7;
-    let price = base64::engine::general_purpose::STANDARD.encode(&cents.to_be_bytes()[4..]);
-    let name = if id % 10 == 0 {
-        "null".to_string()
-    } else {
-        format!("\"p{id}\"")
-    };
-    let email = if v2 {
-        format!(r#","email":"e{id}@x""#)
-    } else {
-        String::new()
-    };
-    format!(
-        r#"{{"schema":{},"payload":{{"id":{id},"name":{name},"price":"{price}","day":{},"at":{},"tags":["t{id}","x"],"flag":{}{email}}}}}"#,
-        connect_schema(v2),
-        19675 + id,
-        1_700_000_000_123 + id * 1000,
-        id % 3 == 0,
-    )
+    let day = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+        + chrono::Days::new((19675 + id) as u64);
+    let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_123 + id * 1000).unwrap();
+    let mut value = json!({
+        "id": id,
+        "name": (id % 10 != 0).then(|| format!("p{id}")),
+        "price": format!("{}.{:02}", cents / 100, cents % 100),
+        "day": day.format("%Y-%m-%d").to_string(),
+        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "tags": [format!("t{id}"), "x"],
+        "flag": id % 3 == 0,
+    });
+    if v2 {
+        value["email"] = json!(format!("e{id}@x"));
+    }
+    value
+}
+
+/// Products as Kafka's JsonConverter writes them (one JVM for the lot), each `(id, v2)` on
+/// partition `id % 2`.
+fn connect_records(products: impl Iterator<Item = (i64, bool)>) -> Vec<RawRecord> {
+    let (ids, described): (Vec<i64>, Vec<Described>) = products
+        .map(|(id, v2)| {
+            (
+                id,
+                Described::new(connect_schema(v2), connect_product(id, v2)),
+            )
+        })
+        .unzip();
+    ids.into_iter()
+        .zip(serialize(true, &described))
+        .map(|(id, value)| RawRecord {
+            partition: (id % 2) as i32,
+            value,
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The row product `id` must be, every column as PostgreSQL prints it (in UTC), with its
@@ -136,9 +161,7 @@ async fn ddl_committed_with_rows(db: &TestDb, table: &str, column: Option<&str>)
 
 /// The products as Connect JSON: ids below `v2_from` in schema v1, the rest in v2.
 fn connect_products(n: i64, v2_from: i64) -> Vec<RawRecord> {
-    (0..n)
-        .map(|id| RawRecord::json((id % 2) as i32, &connect_product(id, id >= v2_from)))
-        .collect()
+    connect_records((0..n).map(|id| (id, id >= v2_from)))
 }
 
 /// A missing table is created from the first Connect record's schema, in that record's
@@ -458,9 +481,7 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
     assert!(ddl_committed_with_rows(&db, "products", None).await);
 
     // 3. Schema v2 arrives; killed inside the transaction that adds its column.
-    let v2: Vec<RawRecord> = (200..300)
-        .map(|id| RawRecord::json((id % 2) as i32, &connect_product(id, true)))
-        .collect();
+    let v2 = connect_records((200..300).map(|id| (id, true)));
     produce_raw(&producer(), &topic.name, &v2).await;
     let mut sink = Sink::start(&paused, "alter");
     wait_until(
@@ -659,16 +680,23 @@ async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(1).await;
     // numeric(10,2) holds at most 99,999,999.99: 10^12 cents is refused by PostgreSQL.
-    let huge = connect_product(1, false).replace(
-        &base64::engine::general_purpose::STANDARD.encode(&107i64.to_be_bytes()[4..]),
-        &base64::engine::general_purpose::STANDARD.encode(1_000_000_000_000i64.to_be_bytes()),
-    );
-    assert_ne!(huge, connect_product(1, false), "the price was replaced");
-    let records = vec![
-        RawRecord::json(0, &connect_product(0, false)),
-        RawRecord::json(0, &huge),
-        RawRecord::json(0, &connect_product(2, false)),
-    ];
+    // The converter writes what the schema's precision does not allow: it checks no precision.
+    let mut huge = connect_product(1, false);
+    huge["price"] = json!("10000000000.00");
+    let records: Vec<RawRecord> = serialize(
+        true,
+        &[
+            Described::new(connect_schema(false), connect_product(0, false)),
+            Described::new(connect_schema(false), huge),
+            Described::new(connect_schema(false), connect_product(2, false)),
+        ],
+    )
+    .into_iter()
+    .map(|value| RawRecord {
+        value,
+        ..Default::default()
+    })
+    .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.topic_settings = "format = \"connect-json\"\nauto_create = true".into();
