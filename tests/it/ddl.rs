@@ -8,7 +8,9 @@ use apache_avro::types::Value as Avro;
 use kafka_pg_sink::registry::SchemaKind;
 use serde_json::{json, Value};
 
-use crate::helpers::connect_json::{optional, serialize, struct_of, Described};
+use crate::helpers::connect_json::{
+    debezium_envelope, debezium_event, optional, serialize, struct_of, Described,
+};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
@@ -606,30 +608,50 @@ async fn two_replicas_creating_and_evolving_one_table_lose_nothing() {
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, 400).await;
 }
 
-/// A Debezium change event (Connect JSON with its schema) for `customers`, keyed by id.
-fn debezium_event(op: &str, before: Option<(i32, &str)>, after: Option<(i32, &str)>) -> RawRecord {
-    let row = |r: Option<(i32, &str)>| match r {
-        Some((id, name)) => format!(r#"{{"id":{id},"name":"{name}","since":19675}}"#),
-        None => "null".into(),
-    };
-    let fields = r#""fields":[{"field":"id","type":"int32"},{"field":"name","type":"string"},{"field":"since","type":"int32","optional":true,"name":"io.debezium.time.Date"}]"#;
-    let schema = format!(
-        r#"{{"type":"struct","fields":[{{"field":"before","type":"struct","optional":true,{fields}}},{{"field":"after","type":"struct","optional":true,{fields}}},{{"field":"op","type":"string"}}]}}"#
-    );
-    let id = after.or(before).map(|(id, _)| id).unwrap();
-    RawRecord {
-        partition: id % 2,
-        key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
-        value: Some(
-            format!(
-                r#"{{"schema":{schema},"payload":{{"before":{},"after":{},"op":"{op}","ts_ms":1700000000000}}}}"#,
-                row(before),
-                row(after)
-            )
-            .into_bytes(),
+/// Debezium change events for `customers` as the connector writes them with JsonConverter
+/// (`schemas.enable=true`): `(op, before, after)` rows of `(id, name)`, keyed by id.
+fn debezium_events(events: &[(&str, Option<(i32, &str)>, Option<(i32, &str)>)]) -> Vec<RawRecord> {
+    let schema = debezium_envelope(
+        "dbserver1.inventory.customers",
+        struct_of(
+            "dbserver1.inventory.customers.Value",
+            &[
+                ("id", json!("int32")),
+                ("name", json!("string")),
+                ("since", optional(json!({"debezium": "Date"}))),
+            ],
         ),
-        ..Default::default()
-    }
+    );
+    let key_schema = struct_of(
+        "dbserver1.inventory.customers.Key",
+        &[("id", json!("int32"))],
+    );
+    let row = |r: Option<(i32, &str)>| match r {
+        Some((id, name)) => json!({"id": id, "name": name, "since": "2023-11-14"}),
+        None => Value::Null,
+    };
+    // Values and keys in one JVM: each event's value, then its key.
+    let described: Vec<Described> = events
+        .iter()
+        .flat_map(|&(op, before, after)| {
+            let id = after.or(before).map(|(id, _)| id).unwrap();
+            [
+                Described::new(schema.clone(), debezium_event(op, row(before), row(after))),
+                Described::new(key_schema.clone(), json!({ "id": id })),
+            ]
+        })
+        .collect();
+    let bytes = serialize(true, &described);
+    events
+        .iter()
+        .zip(bytes.chunks(2))
+        .map(|(&(_, before, after), pair)| RawRecord {
+            partition: after.or(before).map(|(id, _)| id).unwrap() % 2,
+            value: pair[0].clone(),
+            key: pair[1].clone(),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Debezium's `after` schema creates the table, with `key` as its primary key; the changes
@@ -638,14 +660,14 @@ fn debezium_event(op: &str, before: Option<(i32, &str)>, after: Option<(i32, &st
 async fn debezium_after_schema_creates_the_table_and_changes_apply() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let records = vec![
-        debezium_event("r", None, Some((4, "snap"))),
-        debezium_event("c", None, Some((1, "ann"))),
-        debezium_event("c", None, Some((2, "bob"))),
-        debezium_event("u", Some((2, "bob")), Some((2, "bobby"))),
-        debezium_event("d", Some((1, "ann")), None),
-        debezium_event("c", None, Some((3, "cy"))),
-    ];
+    let records = debezium_events(&[
+        ("r", None, Some((4, "snap"))),
+        ("c", None, Some((1, "ann"))),
+        ("c", None, Some((2, "bob"))),
+        ("u", Some((2, "bob")), Some((2, "bobby"))),
+        ("d", Some((1, "ann")), None),
+        ("c", None, Some((3, "cy"))),
+    ]);
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
     config.topic_settings = "format = \"debezium\"\nkey = [\"id\"]\nauto_create = true".into();
