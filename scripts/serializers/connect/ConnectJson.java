@@ -21,7 +21,7 @@
 //       "Bits" with "length", "Enum" with "values" ("a,b,c")};
 //   {"envelope": {"name": N, "row": SCHEMA of a struct, "source": SCHEMA of a struct}}: a
 //       Debezium change event built with io.debezium.data.Envelope; its VALUE is
-//       {"op": "c"|"r"|"u"|"d", "before": ROW, "after": ROW, "source": SOURCE, "ts_ms": N}.
+//       {"op": "c"|"r"|"u"|"d"|"t", "before": ROW, "after": ROW, "source": SOURCE, "ts_ms": N}.
 //   Every object form also takes "optional": true and "default": VALUE.
 // VALUE is JSON read by the schema: integers and floats as numbers (floats also "NaN",
 //   "Infinity", "-Infinity"), bytes and Bits as base64, Decimal and VariableScaleDecimal as a
@@ -344,6 +344,7 @@ public final class ConnectJson {
             case "r" -> envelope.read(after, source, at);
             case "u" -> envelope.update(before, (Struct) after, source, at);
             case "d" -> envelope.delete(before, source, at);
+            case "t" -> envelope.truncate(source, at);
             default -> throw new IllegalArgumentException("unknown op " + v.get("op"));
         };
     }
