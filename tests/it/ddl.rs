@@ -608,9 +608,12 @@ async fn two_replicas_creating_and_evolving_one_table_lose_nothing() {
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, 400).await;
 }
 
+/// A change: (op, before, after), rows as `(id, name)`.
+type Change<'a> = (&'a str, Option<(i32, &'a str)>, Option<(i32, &'a str)>);
+
 /// Debezium change events for `customers` as the connector writes them with JsonConverter
 /// (`schemas.enable=true`): `(op, before, after)` rows of `(id, name)`, keyed by id.
-fn debezium_events(events: &[(&str, Option<(i32, &str)>, Option<(i32, &str)>)]) -> Vec<RawRecord> {
+fn debezium_events(events: &[Change]) -> Vec<RawRecord> {
     let schema = debezium_envelope(
         "dbserver1.inventory.customers",
         struct_of(
