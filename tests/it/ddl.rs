@@ -906,37 +906,41 @@ async fn without_auto_evolve_a_new_field_is_ignored() {
 async fn times_and_durations_create_time_and_interval_columns() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(1).await;
+    // As Kafka's JsonConverter writes them, with Debezium's own schema builders.
     let schema = |v2: bool| {
-        format!(
-            r#"{{"type":"struct","name":"span","optional":false,"fields":[
-            {{"field":"id","type":"int32","optional":false}},
-            {{"field":"d","type":"int64","optional":true,"name":"io.debezium.time.MicroDuration","version":1}},
-            {{"field":"s","type":"string","optional":true,"name":"io.debezium.time.Interval","version":1}},
-            {{"field":"t","type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1}},
-            {{"field":"tm","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1}}{}]}}"#,
-            if v2 {
-                r#",{"field":"tn","type":"int64","optional":true,"name":"io.debezium.time.NanoTime","version":1}"#
-            } else {
-                ""
-            }
-        )
+        let mut fields = vec![
+            ("id", json!("int32")),
+            ("d", optional(json!({"debezium": "MicroDuration"}))),
+            ("s", optional(json!({"debezium": "Interval"}))),
+            ("t", optional(json!({"debezium": "MicroTime"}))),
+            ("tm", optional(json!({"logical": "Time"}))),
+        ];
+        if v2 {
+            fields.push(("tn", optional(json!({"debezium": "NanoTime"}))));
+        }
+        struct_of("span", &fields)
     };
-    let records = vec![
-        RawRecord::json(
-            0,
-            &format!(
-                r#"{{"schema":{},"payload":{{"id":1,"d":93784500000,"s":"P1Y2M3DT4H5M6.78S","t":45296789012,"tm":45296789}}}}"#,
-                schema(false)
+    let records: Vec<RawRecord> = serialize(
+        true,
+        &[
+            Described::new(
+                schema(false),
+                json!({"id": 1, "d": 93_784_500_000i64, "s": "P1Y2M3DT4H5M6.78S",
+                    "t": 45_296_789_012i64, "tm": "12:34:56.789"}),
             ),
-        ),
-        RawRecord::json(
-            0,
-            &format!(
-                r#"{{"schema":{},"payload":{{"id":2,"d":-1500000,"s":"P0Y0M-1DT0H0M0S","t":86400000000,"tm":0,"tn":86399999999000}}}}"#,
-                schema(true)
+            Described::new(
+                schema(true),
+                json!({"id": 2, "d": -1_500_000, "s": "P0Y0M-1DT0H0M0S",
+                    "t": 86_400_000_000i64, "tm": "00:00", "tn": 86_399_999_999_000i64}),
             ),
-        ),
-    ];
+        ],
+    )
+    .into_iter()
+    .map(|value| RawRecord {
+        value,
+        ..Default::default()
+    })
+    .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "spans");
     config.topic_settings =
