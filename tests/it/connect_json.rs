@@ -611,3 +611,25 @@ async fn float_and_double_fields_create_and_evolve_the_table() {
     assert_eq!(rows, expected);
     assert_delivered_exactly_once(&db, "floats", &config.group, &topic.name, 40).await;
 }
+
+/// Without the helper a test fails, saying how to get it; it never skips.
+#[test]
+fn a_missing_json_converter_fails_saying_how_to_get_it() {
+    use crate::helpers::connect_json::classpath;
+    let how = "scripts/dev-services.sh build connect-json";
+    let unset = classpath(None).unwrap_err();
+    assert!(unset.contains(how), "{unset}");
+    assert!(classpath(Some(String::new())).unwrap_err().contains(how));
+    let empty = tempfile::tempdir().unwrap();
+    let unbuilt = classpath(Some(format!("{}:/nowhere/*", empty.path().display()))).unwrap_err();
+    assert!(
+        unbuilt.contains("ConnectJson.class is missing") && unbuilt.contains(how),
+        "{unbuilt}"
+    );
+    // The environment `scripts/dev-services.sh env` gives has it.
+    let cp = std::env::var("KPS_CONNECT_JSON_CP").ok();
+    assert!(
+        classpath(cp).is_ok(),
+        "the helper must be built for these tests"
+    );
+}

@@ -40,17 +40,8 @@ pub fn serialize_with(
     decimal_format: Option<&str>,
     records: &[Described],
 ) -> Vec<Option<Vec<u8>>> {
-    let classpath = std::env::var("KPS_CONNECT_JSON_CP")
-        .ok()
-        .filter(|cp| !cp.is_empty())
-        .unwrap_or_else(|| panic!("{HOW_TO}"));
-    let classes = classpath.split(':').next().unwrap_or_default();
-    assert!(
-        std::path::Path::new(classes)
-            .join("ConnectJson.class")
-            .exists(),
-        "{classes}/ConnectJson.class is missing. {HOW_TO}"
-    );
+    let classpath =
+        classpath(std::env::var("KPS_CONNECT_JSON_CP").ok()).unwrap_or_else(|e| panic!("{e}"));
     let request = json!({
         "schemas_enable": schemas_enable,
         "decimal_format": decimal_format,
@@ -80,7 +71,7 @@ pub fn serialize_with(
     let out = child.wait_with_output().expect("ConnectJson ran");
     assert!(
         out.status.success(),
-        "ConnectJson failed ({}): {}",
+        "ConnectJson failed ({}): {}\n(if scripts/serializers/connect/ changed since it was built, run `scripts/dev-services.sh build connect-json`)",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -99,6 +90,23 @@ pub fn serialize_with(
         .collect();
     assert_eq!(lines.len(), records.len(), "one line per record");
     lines
+}
+
+/// The helper's classpath from `KPS_CONNECT_JSON_CP`: set, and its first entry (the classes
+/// directory) holding the compiled helper; else why not and how to get it, so a test fails
+/// saying so instead of skipping.
+pub fn classpath(var: Option<String>) -> Result<String, String> {
+    let classpath = var
+        .filter(|cp| !cp.is_empty())
+        .ok_or_else(|| HOW_TO.to_string())?;
+    let classes = classpath.split(':').next().unwrap_or_default();
+    if !std::path::Path::new(classes)
+        .join("ConnectJson.class")
+        .exists()
+    {
+        return Err(format!("{classes}/ConnectJson.class is missing. {HOW_TO}"));
+    }
+    Ok(classpath)
 }
 
 /// A struct schema of `(field name, field schema)` pairs, as the helper reads it.
