@@ -52,7 +52,8 @@ pub fn serialize_with(
         .args([
             "-XX:TieredStopAtLevel=1",
             "-XX:+UseSerialGC",
-            "-Xmx256m",
+            // Room for a whole request (40,000 records in the ddl kill test) as one tree.
+            "-Xmx512m",
             "-cp",
             &classpath,
             "ConnectJson",
