@@ -300,6 +300,21 @@ fn cases() -> Vec<Case> {
             [Some("25:01:01.000001"), Some("-00:00:01.5"), None],
         ),
         case(
+            "dbz_interval",
+            dbz("Interval"),
+            "interval",
+            [
+                json!("P1Y2M3DT4H5M6.78S"),
+                json!("P0Y0M-1DT0H0M0S"),
+                Value::Null,
+            ],
+            [
+                Some("1 year 2 mons 3 days 04:05:06.78"),
+                Some("-1 days"),
+                None,
+            ],
+        ),
+        case(
             "dbz_json",
             dbz("Json"),
             "jsonb",
