@@ -1,7 +1,8 @@
 //! Per-column settings of a topic held against its table once, at startup: the unit of a
-//! time column's integers (`time_unit`, `time_units`) and a bytea column's text encoding
-//! (`bytea_encoding`), and the json columns that hold JSON text in strings (`json_text`). An entry naming a column that is missing or of another type is
-//! refused here, so a typo never silently does nothing.
+//! time column's integers (`time_unit`, `time_units`), a bytea column's text encoding
+//! (`bytea_encoding`) and the json columns whose strings hold JSON text (`json_text`). An
+//! entry naming a column that is missing or of another type is refused here, so a typo never
+//! silently does nothing.
 
 use crate::config::{ByteaEncoding, TimeUnit, TopicSettings};
 use crate::schema::{ColumnType, Table};
