@@ -14,6 +14,7 @@ const HOW_TO: &str = "KPS_CONNECT_JSON_CP is not set or the helper is not built:
 
 /// One record to serialize: its Connect schema (`None`: a schemaless null, a tombstone) and
 /// its value.
+#[derive(Clone)]
 pub struct Described {
     pub schema: Option<Value>,
     pub value: Value,
