@@ -411,10 +411,10 @@ fn write_cdc_events(
 
 /// A multi-table Debezium topic (`source.table`, a pattern of allowed tables): creates,
 /// updates and deletes (each followed by its tombstone) of three tables, written by Kafka's
-/// JsonConverter, every 4th with its schema (built with Debezium's `Envelope`), in two halves with a `kill -9` between them: every table equals its source
-/// table's state, every column (the offset column: the change that wrote the row); events of
-/// a table the pattern does not allow (`inv_secrets`, `inv_customers_old`) are `routing` dead
-/// letters and nothing else is.
+/// JsonConverter, every 4th with its schema (built with Debezium's `Envelope`), in two halves
+/// with a `kill -9` between them: every table equals its source table's state, every column
+/// (the offset column: the change that wrote the row); events of a table the pattern does not
+/// allow (`inv_secrets`, `inv_customers_old`) are `routing` dead letters and nothing else is.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once() {
     let db = TestDb::migrated().await;
