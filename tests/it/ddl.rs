@@ -375,8 +375,21 @@ async fn a_field_the_column_cannot_hold_stops_the_sink_with_the_ddl() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let record = r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"},{"field":"name","type":"string","optional":true}]},"payload":{"id":1,"name":"a"}}"#;
-    produce_raw(&producer(), &topic.name, &[RawRecord::json(0, record)]).await;
+    let value = serialize(
+        true,
+        &[Described::new(
+            struct_of(
+                "products",
+                &[("id", json!("int64")), ("name", optional(json!("string")))],
+            ),
+            json!({"id": 1, "name": "a"}),
+        )],
+    );
+    let record = RawRecord {
+        value: value[0].clone(),
+        ..Default::default()
+    };
+    produce_raw(&producer(), &topic.name, &[record]).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.topic_settings = "format = \"connect-json\"\nauto_evolve = \"add_columns\"".into();
     let mut sink = Sink::start(&config, "sink");
@@ -998,10 +1011,15 @@ async fn table_from_with_auto_create_is_refused_at_startup() {
         &topic.name,
         &[RawRecord {
             headers: vec![(b"table".to_vec(), Some(b"routed_a".to_vec()))],
-            ..RawRecord::json(
-                0,
-                r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int32"}]},"payload":{"id":1}}"#,
-            )
+            value: serialize(
+                true,
+                &[Described::new(
+                    struct_of("routed", &[("id", json!("int32"))]),
+                    json!({"id": 1}),
+                )],
+            )[0]
+            .clone(),
+            ..Default::default()
         }],
     )
     .await;
