@@ -269,23 +269,26 @@ public final class ConnectJson {
         }
         switch (schema.type()) {
             case INT8:
-                return (byte) v.asInt();
+                return (byte) integer(v, Byte.MIN_VALUE, Byte.MAX_VALUE);
             case INT16:
-                return (short) v.asInt();
+                return (short) integer(v, Short.MIN_VALUE, Short.MAX_VALUE);
             case INT32:
-                return v.asInt();
+                return (int) integer(v, Integer.MIN_VALUE, Integer.MAX_VALUE);
             case INT64:
-                return v.asLong();
+                return integer(v, Long.MIN_VALUE, Long.MAX_VALUE);
             case FLOAT32:
                 return (float) floating(v);
             case FLOAT64:
                 return floating(v);
             case BOOLEAN:
+                if (!v.isBoolean()) {
+                    throw new IllegalArgumentException("not a boolean: " + v);
+                }
                 return v.asBoolean();
             case STRING:
-                return v.asText();
+                return text(v);
             case BYTES:
-                return Base64.getDecoder().decode(v.asText());
+                return Base64.getDecoder().decode(text(v));
             case ARRAY: {
                 List<Object> list = new ArrayList<>();
                 for (JsonNode item : v) {
@@ -320,8 +323,30 @@ public final class ConnectJson {
         }
     }
 
+    // A description that does not fit its type is the test's mistake: refused, never
+    // written as some default (Jackson's asInt() reads "x" as 0).
+    private static long integer(JsonNode v, long min, long max) {
+        if (!v.isIntegralNumber() || !v.canConvertToLong() || v.asLong() < min || v.asLong() > max) {
+            throw new IllegalArgumentException("not an integer in [" + min + ", " + max + "]: " + v);
+        }
+        return v.asLong();
+    }
+
     private static double floating(JsonNode v) {
-        return v.isTextual() ? Double.parseDouble(v.asText()) : v.asDouble();
+        if (v.isTextual()) {
+            return Double.parseDouble(v.asText());
+        }
+        if (!v.isNumber()) {
+            throw new IllegalArgumentException("not a number: " + v);
+        }
+        return v.asDouble();
+    }
+
+    private static String text(JsonNode v) {
+        if (!v.isTextual()) {
+            throw new IllegalArgumentException("not a string: " + v);
+        }
+        return v.asText();
     }
 
     private static JsonNode readTree(String text) {
