@@ -13,6 +13,11 @@
 #     first build takes about 4 minutes, later ones reuse the cached app), in-memory storage
 #     (empty at every start: schemas and their ids do not survive a stop), Confluent API
 #     under http://127.0.0.1:18081/apis/ccompat/v7 (`env` prints SCHEMA_REGISTRY_URL).
+#   - Kafka Connect's JsonConverter (org.apache.kafka:connect-json, the broker's Kafka version)
+#     and Debezium's schema builders (debezium-core), fetched from Maven Central with
+#     scripts/serializers/connect/pom.xml, and the tests' helper ConnectJson.java compiled
+#     against them once: the Connect JSON bytes the tests feed (`env` prints
+#     KPS_CONNECT_JSON_CP, the classpath to run `java -cp "$KPS_CONNECT_JSON_CP" ConnectJson`).
 #   - `up` also installs Debian's prometheus package (prometheus, promtool) when missing,
 #     for the alert tests (it starts no Prometheus), and scripts/ops-tools.sh's helm and
 #     kubernetes-validate for deploy/check.sh.
@@ -21,8 +26,9 @@
 #   up [kafka|postgres|registry]
 #                           start Kafka, PostgreSQL and the registry, or one service
 #                           (idempotent); returns once they answer
-#   build [kafka|registry]  fetch the Kafka jars and build the registry app (or one), so a
-#                           later up only starts them; nothing is started
+#   build [kafka|registry|connect-json]
+#                           fetch the Kafka jars, build the registry app and the JsonConverter
+#                           helper (or one), so a later up only starts them; nothing is started
 #   down [kafka|postgres|registry]
 #                           stop all (the registry too), or one (idempotent); data is kept
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
@@ -86,6 +92,7 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KAFKA_SRC_DIR=$SCRIPT_DIR/kafka # pom, log4j2 config, server.properties template
 REGISTRY_SRC_DIR=$SCRIPT_DIR/registry # pom, Maven settings, Quarkus properties
+CONNECT_SRC_DIR=$SCRIPT_DIR/serializers/connect # pom and ConnectJson.java, the tests' JsonConverter
 CACHE_DIR=${KPS_CACHE_DIR:-${HOME:?HOME is not set}/.cache/kafka-pg-sink}
 
 log() { printf 'dev-services: %s\n' "$*" >&2; }
@@ -188,6 +195,13 @@ KAFKA_START_TIMEOUT=${KPS_KAFKA_START_TIMEOUT:-120}
 KAFKA_STOP_TIMEOUT=30
 KAFKA_SASL_USER=sink
 KAFKA_SASL_PASSWORD=sink-secret
+
+# The JsonConverter helper: its jars and its compiled class, rebuilt when the pom or the
+# helper's source changes (the marker holds their checksum).
+CONNECT_JSON_DIR=$CACHE_DIR/connect-json
+CONNECT_JSON_LIBS=$CONNECT_JSON_DIR/libs
+CONNECT_JSON_CLASSES=$CONNECT_JSON_DIR/classes
+CONNECT_JSON_MARKER=$CONNECT_JSON_DIR/.complete
 
 REGISTRY_VERSION=$(sed -n 's:.*<apicurio\.version>\([^<]*\)</apicurio\.version>.*:\1:p' "$REGISTRY_SRC_DIR/pom.xml")
 REGISTRY_APP=$CACHE_DIR/registry-$REGISTRY_VERSION
@@ -351,6 +365,49 @@ tls_generate() {
 tls_ensure() {
     command -v openssl >/dev/null || with_setup_lock apt_install openssl
     tls_ok || with_setup_lock tls_generate
+}
+
+# ---------------------------------------------------------------- Connect JSON helper
+
+connect_json_sum() {
+    cat "$CONNECT_SRC_DIR/pom.xml" "$CONNECT_SRC_DIR/ConnectJson.java" | sha256sum | cut -d' ' -f1
+}
+
+connect_json_built() {
+    [[ -f $CONNECT_JSON_MARKER && $(cat "$CONNECT_JSON_MARKER") == "$(connect_json_sum)" ]]
+}
+
+# The tests' JsonConverter must be the broker's Kafka version: one place to bump it, checked.
+connect_json_build() {
+    local version
+    version=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$CONNECT_SRC_DIR/pom.xml")
+    [[ $version == "$KAFKA_VERSION" ]] ||
+        die "$CONNECT_SRC_DIR/pom.xml has Kafka '$version', the broker $KAFKA_VERSION: make them equal"
+    connect_json_built || with_setup_lock connect_json_build_locked
+}
+
+connect_json_build_locked() {
+    connect_json_built && return 0
+    local want
+    want=$(connect_json_sum)
+    command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
+    command -v mvn >/dev/null || apt_install maven
+    log "fetching connect-json $KAFKA_VERSION and debezium-core with Maven into $CONNECT_JSON_LIBS"
+    rm -rf "$CONNECT_JSON_LIBS" "$CONNECT_JSON_CLASSES"
+    mkdir -p "$CONNECT_JSON_LIBS" "$CONNECT_JSON_CLASSES"
+    local mvn_log=$CACHE_DIR/mvn-connect-json.log
+    if ! mvn -q -B -Dstyle.color=never -f "$CONNECT_SRC_DIR/pom.xml" \
+        dependency:copy-dependencies -Dkps.libs.dir="$CONNECT_JSON_LIBS" >"$mvn_log" 2>&1; then
+        tail -n 40 "$mvn_log" >&2
+        die "mvn failed (full output: $mvn_log)"
+    fi
+    compgen -G "$CONNECT_JSON_LIBS/connect-json-$KAFKA_VERSION.jar" >/dev/null ||
+        die "mvn did not produce connect-json-$KAFKA_VERSION.jar in $CONNECT_JSON_LIBS"
+    # --release 17: the JDK may be newer than the java that runs the tests.
+    javac -nowarn --release 17 -d "$CONNECT_JSON_CLASSES" -cp "$CONNECT_JSON_LIBS/*" \
+        "$CONNECT_SRC_DIR/ConnectJson.java" 2>&1 | grep -v '^Note: ' >&2 || true
+    [[ -f $CONNECT_JSON_CLASSES/ConnectJson.class ]] || die "javac did not compile $CONNECT_SRC_DIR/ConnectJson.java"
+    printf '%s\n' "$want" >"$CONNECT_JSON_MARKER"
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -922,6 +979,7 @@ cmd_up() {
         kafka_launch
         registry_launch
         prometheus_install
+        connect_json_build
         pg_start
         kafka_wait_ready
         registry_wait_ready
@@ -936,9 +994,11 @@ cmd_build() {
     case ${1:-} in
     kafka) kafka_fetch_libs ;;
     registry) registry_build ;;
+    connect-json) connect_json_build ;;
     '')
         kafka_fetch_libs
         registry_build
+        connect_json_build
         ;;
     *) usage ;;
     esac
@@ -968,6 +1028,7 @@ cmd_env() {
     printf 'export KPS_KAFKA_SASL_USER=%s\n' "$KAFKA_SASL_USER"
     printf 'export KPS_KAFKA_SASL_PASSWORD=%s\n' "$KAFKA_SASL_PASSWORD"
     printf 'export SCHEMA_REGISTRY_URL=%s\n' "$(registry_url)"
+    printf 'export KPS_CONNECT_JSON_CP=%q\n' "$CONNECT_JSON_CLASSES:$CONNECT_JSON_LIBS/*"
 }
 
 cmd_status() {

@@ -312,7 +312,7 @@ pub async fn load_mapper(
 }
 
 /// The topic's settings as they apply to one of its tables: per-column entries (`columns`,
-/// `time_units`, `bytea_encoding`) for columns the table does not have are left out, since
+/// `time_units`, `bytea_encoding`, `json_text`) for columns the table does not have are left out, since
 /// routed tables differ in columns; `unclaimed_column_settings` refuses an entry that fits no
 /// listed table, so a misspelt one is not lost.
 fn for_table(settings: &TopicSettings, table: &Table) -> TopicSettings {
@@ -321,6 +321,7 @@ fn for_table(settings: &TopicSettings, table: &Table) -> TopicSettings {
     settings.columns.retain(|name, _| has(name));
     settings.time_units.retain(|name, _| has(name));
     settings.bytea_encoding.retain(|name, _| has(name));
+    settings.json_text.retain(|name| has(name));
     settings
 }
 
@@ -341,7 +342,8 @@ pub fn unclaimed_column_settings(
                 .bytea_encoding
                 .keys()
                 .map(|n| ("bytea_encoding", n)),
-        );
+        )
+        .chain(settings.json_text.iter().map(|n| ("json_text", n)));
     for (setting, name) in named {
         if !tables.iter().any(|t| t.column(name).is_some()) {
             return Err(format!(

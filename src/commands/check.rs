@@ -259,6 +259,23 @@ fn unstated_unit_warning(topic: &TopicSettings, col: &Column) -> String {
     )
 }
 
+/// A string in a json column is stored as a JSON string unless something says it holds JSON
+/// text: a schema's `io.debezium.data.Json`, or `json_text`. Records without a schema (plain
+/// JSON, Connect JSON and Debezium with `schemas.enable=false`) cannot say it, so name the
+/// setting. A note, not a warning: the column may well hold objects, or strings meant as such.
+fn json_text_note(topic: &TopicSettings, col: &Column) -> String {
+    let when = match topic.format {
+        RecordFormat::ConnectJson | RecordFormat::Debezium => {
+            "a string in a record without a schema (e.g. Debezium's io.debezium.data.Json with schemas.enable=false)"
+        }
+        _ => "a string",
+    };
+    format!(
+        "column {} ({}) stores {when} as a JSON string; if such strings hold JSON text, set json_text = [{:?}]",
+        col.name, col.sql_type, col.name
+    )
+}
+
 /// The services `check` reached (`None` where it could not), for each topic's checks.
 #[derive(Clone, Copy)]
 struct Reach<'a> {
@@ -364,6 +381,7 @@ async fn check_mapping(
                 let _ = writeln!(out, "  {what}: ({})", keys.join(", "));
             }
             let mut warnings = Vec::new();
+            let mut notes = Vec::new();
             for (i, (col, source)) in mapper.describe().enumerate() {
                 let constraint = match (col.not_null, col.has_default) {
                     (_, true) => "default when absent",
@@ -375,9 +393,14 @@ async fn check_mapping(
                     .map(|u| format!(", integers in {}", spelled(&u)))
                     .unwrap_or_default();
                 let hex = if mapper.reads_hex(i) { ", hex" } else { "" };
+                let json_text = if mapper.reads_json_text(i) {
+                    ", strings are JSON text"
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint}{unit}{hex})",
+                    "  {:<24} {:<28} <- {} ({constraint}{unit}{hex}{json_text})",
                     col.name,
                     col.sql_type,
                     source.describe()
@@ -385,9 +408,15 @@ async fn check_mapping(
                 if mapper.guesses_time_unit(i) {
                     warnings.push(unstated_unit_warning(topic, col));
                 }
+                if mapper.may_store_json_text_as_string(i) {
+                    notes.push(json_text_note(topic, col));
+                }
             }
             for w in warnings {
                 let _ = writeln!(out, "  warning: {w}");
+            }
+            for n in notes {
+                let _ = writeln!(out, "  note: {n}");
             }
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");

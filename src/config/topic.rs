@@ -111,6 +111,11 @@ pub struct TopicSettings {
     /// Per bytea column: how its strings spell the bytes (base64 unless this says `hex`).
     #[serde(default)]
     pub bytea_encoding: BTreeMap<String, ByteaEncoding>,
+    /// json and jsonb columns whose values are strings holding JSON text, written as that
+    /// JSON: what a schema's `io.debezium.data.Json` says, for records that come without one
+    /// (Debezium with `schemas.enable=false`), where the string alone cannot tell.
+    #[serde(default)]
+    pub json_text: Vec<String>,
     /// Create the table from the first record's schema when it is missing, in that record's
     /// batch's transaction.
     #[serde(default)]

@@ -111,8 +111,10 @@ fn connect_type(field: &str, s: &Value) -> Result<Created, String> {
         "int8" | "int16" => scalar(&ColumnType::Int2, "int2"),
         "int32" => scalar(&ColumnType::Int4, "int4"),
         "int64" => scalar(&ColumnType::Int8, "int8"),
-        "float32" => scalar(&ColumnType::Float4, "float4"),
-        "float64" => scalar(&ColumnType::Float8, "float8"),
+        // JsonConverter's JSON names for Connect's FLOAT32 and FLOAT64 (its `asJsonSchema`):
+        // the Java enum's names never appear in a record.
+        "float" => scalar(&ColumnType::Float4, "float4"),
+        "double" => scalar(&ColumnType::Float8, "float8"),
         "boolean" => scalar(&ColumnType::Bool, "bool"),
         "string" => scalar(&ColumnType::Text, "text"),
         "bytes" => scalar(&ColumnType::Bytea, "bytea"),
@@ -365,8 +367,8 @@ mod tests {
         let got = connect(
             r#"{"type":"struct","fields":[
             {"field":"a","type":"int8"},{"field":"b","type":"int16"},{"field":"c","type":"int32"},
-            {"field":"d","type":"int64","optional":true},{"field":"e","type":"float32"},
-            {"field":"f","type":"float64"},{"field":"g","type":"boolean"},{"field":"h","type":"string"},
+            {"field":"d","type":"int64","optional":true},{"field":"e","type":"float"},
+            {"field":"f","type":"double"},{"field":"g","type":"boolean"},{"field":"h","type":"string"},
             {"field":"i","type":"bytes"},{"field":"j","type":"struct","fields":[]},
             {"field":"k","type":"map","keys":{"type":"string"},"values":{"type":"int32"}},
             {"field":"l","type":"array","items":{"type":"string"}},

@@ -1,7 +1,8 @@
 //! Per-column settings of a topic held against its table once, at startup: the unit of a
-//! time column's integers (`time_unit`, `time_units`) and a bytea column's text encoding
-//! (`bytea_encoding`). An entry naming a column that is missing or of another type is
-//! refused here, so a typo never silently does nothing.
+//! time column's integers (`time_unit`, `time_units`), a bytea column's text encoding
+//! (`bytea_encoding`) and the json columns whose strings hold JSON text (`json_text`). An
+//! entry naming a column that is missing or of another type is refused here, so a typo never
+//! silently does nothing.
 
 use crate::config::{ByteaEncoding, TimeUnit, TopicSettings};
 use crate::schema::{ColumnType, Table};
@@ -89,4 +90,24 @@ pub(super) fn hex_columns(topic: &TopicSettings, table: &Table) -> Result<Vec<bo
         hex[i] = encoding == ByteaEncoding::Hex;
     }
     Ok(hex)
+}
+
+/// Which columns read a string as the JSON text it holds (`json_text`): entries must name
+/// json or jsonb columns, the only types where a string and the JSON inside it differ as
+/// stored values; anywhere else the entry would do nothing, so it is refused at startup.
+pub(super) fn json_text_columns(topic: &TopicSettings, table: &Table) -> Result<Vec<bool>, String> {
+    let mut json_text = vec![false; table.columns.len()];
+    for name in &topic.json_text {
+        let (i, col) = table
+            .column(name)
+            .ok_or_else(|| format!("json_text: column {name:?} is not in the table"))?;
+        if !matches!(col.ty, ColumnType::Json | ColumnType::Jsonb) {
+            return Err(format!(
+                "json_text: column {name:?} is {}; only json and jsonb columns read a string as JSON text",
+                col.sql_type
+            ));
+        }
+        json_text[i] = true;
+    }
+    Ok(json_text)
 }

@@ -398,9 +398,11 @@ impl TopicMapper {
                 Ok(())
             }
             Value::In(input, hint) => {
-                let hint = match self.hex[i] {
-                    true => Some(Hint::Hex),
-                    false => self.time_hint(i, *hint)?,
+                let hint = match (self.hex[i], self.json_text[i]) {
+                    (true, _) => Some(Hint::Hex),
+                    // Configured for the column, so it holds with or without a schema.
+                    (_, true) => Some(Hint::JsonText),
+                    _ => self.time_hint(i, *hint)?,
                 };
                 copy.field(|out| convert::encode(col.ty, *input, hint, out))
             }

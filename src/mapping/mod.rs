@@ -45,8 +45,8 @@ use crate::config::{
     Encoding, OnConflict, OnError, RecordFormat, TimeUnit, TopicSettings, TruncateMode, WriteMode,
 };
 use crate::registry::{RegisteredSchema, SchemaKind};
-use crate::schema::{Column, Table};
-use column_settings::{hex_columns, is_time, time_units, ConfiguredUnit};
+use crate::schema::{Column, ColumnType, Table};
+use column_settings::{hex_columns, is_time, json_text_columns, time_units, ConfiguredUnit};
 use envelope::HintCache;
 use keys::upsert_key_names;
 use transcode::Decoder;
@@ -152,6 +152,8 @@ pub struct TopicMapper {
     units: Vec<Option<ConfiguredUnit>>,
     /// Per column: its strings are hex (`bytea_encoding`), not base64.
     hex: Vec<bool>,
+    /// Per column: its strings hold JSON text (`json_text`), written as that JSON.
+    json_text: Vec<bool>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -246,6 +248,7 @@ impl TopicMapper {
         };
         let units = time_units(topic, &table).map_err(err)?;
         let hex = hex_columns(topic, &table).map_err(err)?;
+        let json_text = json_text_columns(topic, &table).map_err(err)?;
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -275,6 +278,7 @@ impl TopicMapper {
             hints: HintCache::default(),
             units,
             hex,
+            json_text,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -429,6 +433,29 @@ impl TopicMapper {
     /// For `check`: whether column `i` reads its strings as hex.
     pub(crate) fn reads_hex(&self, i: usize) -> bool {
         self.hex[i]
+    }
+
+    /// For `check`: whether column `i` reads its strings as JSON text (`json_text`).
+    pub(crate) fn reads_json_text(&self, i: usize) -> bool {
+        self.json_text[i]
+    }
+
+    /// For `check`'s note: column `i` is json or jsonb, fed from the record's JSON without
+    /// `json_text`, on a topic whose records may come without a schema; a string there is
+    /// stored as a JSON string, which is wrong when it holds JSON text (Debezium's `Json`
+    /// with `schemas.enable=false`) and nothing in the record can say so.
+    pub(crate) fn may_store_json_text_as_string(&self, i: usize) -> bool {
+        matches!(
+            self.table.columns[i].ty,
+            ColumnType::Json | ColumnType::Jsonb
+        ) && !self.json_text[i]
+            && matches!(self.sources[i], Source::Doc(_))
+            // Registry formats arrive transcoded as `Json`: their encoding tells them apart.
+            && self.value_encoding == Encoding::Json
+            && matches!(
+                self.format,
+                RecordFormat::Json | RecordFormat::ConnectJson | RecordFormat::Debezium
+            )
     }
 
     /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no

@@ -1474,3 +1474,132 @@ fn on_conflict_ignore_needs_a_unique_key_and_stages_by_it() {
         Err(EncodeError::Invalid(MapError::Tombstone))
     );
 }
+
+/// `json_text` makes a json column read a string as the JSON text it holds, exactly as a
+/// schema's `io.debezium.data.Json` does: both give the same jsonb value.
+#[test]
+fn json_text_columns_read_strings_as_the_json_they_hold() {
+    let columns = || {
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("profile", ColumnType::Jsonb, false, false),
+            col("raw", ColumnType::Json, false, false),
+        ]
+    };
+    let m = TopicMapper::new(
+        &topic("format = \"debezium\"\njson_text = [\"profile\", \"raw\"]"),
+        table(columns(), &["id"]),
+    )
+    .unwrap();
+    let schemaless = r#"{"before":null,"op":"c",
+        "after":{"id":1,"profile":"{\"tier\": \"gold\"}","raw":"[1, 2]"}}"#;
+    let f = fields(&encode(&m, schemaless).unwrap());
+    assert_eq!(f[1], jsonb(r#"{"tier": "gold"}"#));
+    assert_eq!(f[2], Some(b"[1, 2]".to_vec()));
+    // With the schema's hint and without the setting: the same value.
+    let hinted =
+        TopicMapper::new(&topic("format = \"debezium\""), table(columns(), &["id"])).unwrap();
+    let with_schema = r#"{"schema":{"type":"struct","fields":[
+        {"field":"after","type":"struct","fields":[
+          {"field":"id","type":"int64"},
+          {"field":"profile","type":"string","name":"io.debezium.data.Json"}]}]},
+        "payload":{"op":"c","before":null,"after":{"id":1,"profile":"{\"tier\": \"gold\"}"}}}"#;
+    assert_eq!(fields(&encode(&hinted, with_schema).unwrap())[1], f[1]);
+    // Without either, the string stays a JSON string (what the setting is for).
+    assert_eq!(
+        fields(&encode(&hinted, schemaless).unwrap())[1],
+        jsonb(r#""{\"tier\": \"gold\"}""#)
+    );
+    // Text that is not JSON, and a value that is not a string, are the record's error.
+    for (bad, why) in [
+        (r#""{tier""#, "not JSON"),
+        (r#"{"tier":1}"#, "a string holding JSON"),
+    ] {
+        let v = schemaless.replace(r#""{\"tier\": \"gold\"}""#, bad);
+        let err = encode(&m, &v).unwrap_err();
+        assert!(
+            matches!(&err, MapError::BadValue { column, reason, .. } if column == "profile" && reason.contains(why)),
+            "{bad}: {err}"
+        );
+        assert_eq!(
+            crate::dead_letter::ErrorKind::of(&err),
+            crate::dead_letter::ErrorKind::Mapping
+        );
+    }
+    // A null stays NULL.
+    let null = schemaless.replace(r#""{\"tier\": \"gold\"}""#, "null");
+    assert_eq!(fields(&encode(&m, &null).unwrap())[1], None);
+}
+
+/// `json_text` entries must name json or jsonb columns of the table: anywhere else the
+/// setting would do nothing, so it is refused at startup rather than ignored.
+#[test]
+fn json_text_must_name_json_or_jsonb_columns() {
+    let columns = || {
+        vec![
+            col("doc", ColumnType::Jsonb, false, false),
+            col("j", ColumnType::Json, false, false),
+            col("note", ColumnType::Text, false, false),
+            col("n", ColumnType::Int8, false, false),
+        ]
+    };
+    let refused = |extra: &str| {
+        TopicMapper::new(&topic(extra), table(columns(), &[]))
+            .unwrap_err()
+            .to_string()
+    };
+    let err = refused("json_text = [\"nope\"]");
+    assert!(
+        err.contains("json_text: column \"nope\" is not in the table"),
+        "{err}"
+    );
+    let err = refused("json_text = [\"note\"]");
+    assert!(
+        err.contains("json_text: column \"note\" is text; only json and jsonb columns"),
+        "{err}"
+    );
+    let err = refused("json_text = [\"doc\", \"n\"]");
+    assert!(err.contains("column \"n\" is int8"), "{err}");
+    let ok = TopicMapper::new(
+        &topic("json_text = [\"doc\", \"j\"]"),
+        table(columns(), &[]),
+    )
+    .unwrap();
+    assert!(ok.reads_json_text(0) && ok.reads_json_text(1) && !ok.reads_json_text(2));
+    let typo: Result<TopicSettings, _> = Figment::from(Toml::string(
+        "name = \"topic\"\ntable = \"t\"\njson_text = \"doc\"",
+    ))
+    .extract();
+    assert!(typo.is_err(), "a single name is not a list");
+}
+
+/// `check` names `json_text` for json columns of topics whose records may come without a
+/// schema, and only there: a registry format's schema says what its strings are.
+#[test]
+fn check_mentions_json_text_where_a_string_may_hold_json_text() {
+    let columns = || {
+        vec![
+            col("id", ColumnType::Int8, true, false),
+            col("doc", ColumnType::Jsonb, false, false),
+            col("note", ColumnType::Text, false, false),
+        ]
+    };
+    let noted = |extra: &str| {
+        let m = TopicMapper::new(&topic(extra), table(columns(), &["id"])).unwrap();
+        (0..3)
+            .filter(|&i| m.may_store_json_text_as_string(i))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(noted(""), [1]);
+    assert_eq!(noted("format = \"connect-json\""), [1]);
+    assert_eq!(noted("format = \"debezium\""), [1]);
+    assert_eq!(
+        noted("format = \"debezium\"\njson_text = [\"doc\"]"),
+        Vec::<usize>::new()
+    );
+    assert_eq!(noted("format = \"avro\""), Vec::<usize>::new());
+    assert_eq!(
+        noted("format = \"debezium\"\nencoding = \"avro\""),
+        Vec::<usize>::new()
+    );
+}

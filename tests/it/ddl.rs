@@ -5,55 +5,82 @@
 use std::time::Duration;
 
 use apache_avro::types::Value as Avro;
-use base64::Engine as _;
 use kafka_pg_sink::registry::SchemaKind;
+use serde_json::{json, Value};
 
+use crate::helpers::connect_json::{
+    debezium_envelope, debezium_event, optional, serialize, struct_of, Described,
+};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
-/// Connect schema v1 of the products; v2 adds an optional `email`.
-fn connect_schema(v2: bool) -> String {
-    format!(
-        r#"{{"type":"struct","name":"product","optional":false,"fields":[
-        {{"field":"id","type":"int64","optional":false}},
-        {{"field":"name","type":"string","optional":true}},
-        {{"field":"price","type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"2","connect.decimal.precision":"10"}}}},
-        {{"field":"day","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Date","version":1}},
-        {{"field":"at","type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1}},
-        {{"field":"tags","type":"array","items":{{"type":"string"}},"optional":true}},
-        {{"field":"flag","type":"boolean","optional":false}}{}]}}"#,
-        if v2 {
-            r#",{"field":"email","type":"string","optional":true}"#
-        } else {
-            ""
-        }
-    )
+/// Connect schema v1 of the products, as the JsonConverter helper reads it
+/// (`helpers::connect_json`); v2 adds an optional `email`.
+fn connect_schema(v2: bool) -> Value {
+    let mut fields = vec![
+        ("id", json!("int64")),
+        ("name", optional(json!("string"))),
+        (
+            "price",
+            optional(json!({"logical": "Decimal", "scale": 2, "precision": 10})),
+        ),
+        ("day", optional(json!({"logical": "Date"}))),
+        ("at", optional(json!({"logical": "Timestamp"}))),
+        (
+            "tags",
+            optional(json!({"type": "array", "items": "string"})),
+        ),
+        ("flag", json!("boolean")),
+    ];
+    if v2 {
+        fields.push(("email", optional(json!("string"))));
+    }
+    struct_of("product", &fields)
 }
 
-/// Product `id` as a Connect JSON record, with an `email` from v2 on.
-fn connect_product(id: i64, v2: bool) -> String {
+/// Product `id`'s values, with an `email` from v2 on.
+fn connect_product(id: i64, v2: bool) -> Value {
     let cents = id * 100 + 7;
-    let price = base64::engine::general_purpose::STANDARD.encode(&cents.to_be_bytes()[4..]);
-    let name = if id % 10 == 0 {
-        "null".to_string()
-    } else {
-        format!("\"p{id}\"")
-    };
-    let email = if v2 {
-        format!(r#","email":"e{id}@x""#)
-    } else {
-        String::new()
-    };
-    format!(
-        r#"{{"schema":{},"payload":{{"id":{id},"name":{name},"price":"{price}","day":{},"at":{},"tags":["t{id}","x"],"flag":{}{email}}}}}"#,
-        connect_schema(v2),
-        19675 + id,
-        1_700_000_000_123 + id * 1000,
-        id % 3 == 0,
-    )
+    let day = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+        + chrono::Days::new((19675 + id) as u64);
+    let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_123 + id * 1000).unwrap();
+    let mut value = json!({
+        "id": id,
+        "name": (id % 10 != 0).then(|| format!("p{id}")),
+        "price": format!("{}.{:02}", cents / 100, cents % 100),
+        "day": day.format("%Y-%m-%d").to_string(),
+        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "tags": [format!("t{id}"), "x"],
+        "flag": id % 3 == 0,
+    });
+    if v2 {
+        value["email"] = json!(format!("e{id}@x"));
+    }
+    value
+}
+
+/// Products as Kafka's JsonConverter writes them (one JVM for the lot), each `(id, v2)` on
+/// partition `id % 2`.
+fn connect_records(products: impl Iterator<Item = (i64, bool)>) -> Vec<RawRecord> {
+    let (ids, described): (Vec<i64>, Vec<Described>) = products
+        .map(|(id, v2)| {
+            (
+                id,
+                Described::new(connect_schema(v2), connect_product(id, v2)),
+            )
+        })
+        .unzip();
+    ids.into_iter()
+        .zip(serialize(true, &described))
+        .map(|(id, value)| RawRecord {
+            partition: (id % 2) as i32,
+            value,
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The row product `id` must be, every column as PostgreSQL prints it (in UTC), with its
@@ -136,9 +163,7 @@ async fn ddl_committed_with_rows(db: &TestDb, table: &str, column: Option<&str>)
 
 /// The products as Connect JSON: ids below `v2_from` in schema v1, the rest in v2.
 fn connect_products(n: i64, v2_from: i64) -> Vec<RawRecord> {
-    (0..n)
-        .map(|id| RawRecord::json((id % 2) as i32, &connect_product(id, id >= v2_from)))
-        .collect()
+    connect_records((0..n).map(|id| (id, id >= v2_from)))
 }
 
 /// A missing table is created from the first Connect record's schema, in that record's
@@ -350,8 +375,21 @@ async fn a_field_the_column_cannot_hold_stops_the_sink_with_the_ddl() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let record = r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int64"},{"field":"name","type":"string","optional":true}]},"payload":{"id":1,"name":"a"}}"#;
-    produce_raw(&producer(), &topic.name, &[RawRecord::json(0, record)]).await;
+    let value = serialize(
+        true,
+        &[Described::new(
+            struct_of(
+                "products",
+                &[("id", json!("int64")), ("name", optional(json!("string")))],
+            ),
+            json!({"id": 1, "name": "a"}),
+        )],
+    );
+    let record = RawRecord {
+        value: value[0].clone(),
+        ..Default::default()
+    };
+    produce_raw(&producer(), &topic.name, &[record]).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.topic_settings = "format = \"connect-json\"\nauto_evolve = \"add_columns\"".into();
     let mut sink = Sink::start(&config, "sink");
@@ -458,9 +496,7 @@ async fn a_kill_between_the_schema_change_and_its_rows_leaves_neither() {
     assert!(ddl_committed_with_rows(&db, "products", None).await);
 
     // 3. Schema v2 arrives; killed inside the transaction that adds its column.
-    let v2: Vec<RawRecord> = (200..300)
-        .map(|id| RawRecord::json((id % 2) as i32, &connect_product(id, true)))
-        .collect();
+    let v2 = connect_records((200..300).map(|id| (id, true)));
     produce_raw(&producer(), &topic.name, &v2).await;
     let mut sink = Sink::start(&paused, "alter");
     wait_until(
@@ -585,30 +621,53 @@ async fn two_replicas_creating_and_evolving_one_table_lose_nothing() {
     assert_delivered_exactly_once(&db, "products", &config.group, &topic.name, 400).await;
 }
 
-/// A Debezium change event (Connect JSON with its schema) for `customers`, keyed by id.
-fn debezium_event(op: &str, before: Option<(i32, &str)>, after: Option<(i32, &str)>) -> RawRecord {
-    let row = |r: Option<(i32, &str)>| match r {
-        Some((id, name)) => format!(r#"{{"id":{id},"name":"{name}","since":19675}}"#),
-        None => "null".into(),
-    };
-    let fields = r#""fields":[{"field":"id","type":"int32"},{"field":"name","type":"string"},{"field":"since","type":"int32","optional":true,"name":"io.debezium.time.Date"}]"#;
-    let schema = format!(
-        r#"{{"type":"struct","fields":[{{"field":"before","type":"struct","optional":true,{fields}}},{{"field":"after","type":"struct","optional":true,{fields}}},{{"field":"op","type":"string"}}]}}"#
-    );
-    let id = after.or(before).map(|(id, _)| id).unwrap();
-    RawRecord {
-        partition: id % 2,
-        key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
-        value: Some(
-            format!(
-                r#"{{"schema":{schema},"payload":{{"before":{},"after":{},"op":"{op}","ts_ms":1700000000000}}}}"#,
-                row(before),
-                row(after)
-            )
-            .into_bytes(),
+/// A change: (op, before, after), rows as `(id, name)`.
+type Change<'a> = (&'a str, Option<(i32, &'a str)>, Option<(i32, &'a str)>);
+
+/// Debezium change events for `customers` as the connector writes them with JsonConverter
+/// (`schemas.enable=true`): `(op, before, after)` rows of `(id, name)`, keyed by id.
+fn debezium_events(events: &[Change]) -> Vec<RawRecord> {
+    let schema = debezium_envelope(
+        "dbserver1.inventory.customers",
+        struct_of(
+            "dbserver1.inventory.customers.Value",
+            &[
+                ("id", json!("int32")),
+                ("name", json!("string")),
+                ("since", optional(json!({"debezium": "Date"}))),
+            ],
         ),
-        ..Default::default()
-    }
+    );
+    let key_schema = struct_of(
+        "dbserver1.inventory.customers.Key",
+        &[("id", json!("int32"))],
+    );
+    let row = |r: Option<(i32, &str)>| match r {
+        Some((id, name)) => json!({"id": id, "name": name, "since": "2023-11-14"}),
+        None => Value::Null,
+    };
+    // Values and keys in one JVM: each event's value, then its key.
+    let described: Vec<Described> = events
+        .iter()
+        .flat_map(|&(op, before, after)| {
+            let id = after.or(before).map(|(id, _)| id).unwrap();
+            [
+                Described::new(schema.clone(), debezium_event(op, row(before), row(after))),
+                Described::new(key_schema.clone(), json!({ "id": id })),
+            ]
+        })
+        .collect();
+    let bytes = serialize(true, &described);
+    events
+        .iter()
+        .zip(bytes.chunks(2))
+        .map(|(&(_, before, after), pair)| RawRecord {
+            partition: after.or(before).map(|(id, _)| id).unwrap() % 2,
+            value: pair[0].clone(),
+            key: pair[1].clone(),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Debezium's `after` schema creates the table, with `key` as its primary key; the changes
@@ -617,14 +676,14 @@ fn debezium_event(op: &str, before: Option<(i32, &str)>, after: Option<(i32, &st
 async fn debezium_after_schema_creates_the_table_and_changes_apply() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let records = vec![
-        debezium_event("r", None, Some((4, "snap"))),
-        debezium_event("c", None, Some((1, "ann"))),
-        debezium_event("c", None, Some((2, "bob"))),
-        debezium_event("u", Some((2, "bob")), Some((2, "bobby"))),
-        debezium_event("d", Some((1, "ann")), None),
-        debezium_event("c", None, Some((3, "cy"))),
-    ];
+    let records = debezium_events(&[
+        ("r", None, Some((4, "snap"))),
+        ("c", None, Some((1, "ann"))),
+        ("c", None, Some((2, "bob"))),
+        ("u", Some((2, "bob")), Some((2, "bobby"))),
+        ("d", Some((1, "ann")), None),
+        ("c", None, Some((3, "cy"))),
+    ]);
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "customers");
     config.topic_settings = "format = \"debezium\"\nkey = [\"id\"]\nauto_create = true".into();
@@ -659,16 +718,23 @@ async fn a_refused_row_in_the_creating_batch_stops_at_that_record() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(1).await;
     // numeric(10,2) holds at most 99,999,999.99: 10^12 cents is refused by PostgreSQL.
-    let huge = connect_product(1, false).replace(
-        &base64::engine::general_purpose::STANDARD.encode(&107i64.to_be_bytes()[4..]),
-        &base64::engine::general_purpose::STANDARD.encode(1_000_000_000_000i64.to_be_bytes()),
-    );
-    assert_ne!(huge, connect_product(1, false), "the price was replaced");
-    let records = vec![
-        RawRecord::json(0, &connect_product(0, false)),
-        RawRecord::json(0, &huge),
-        RawRecord::json(0, &connect_product(2, false)),
-    ];
+    // The converter writes what the schema's precision does not allow: it checks no precision.
+    let mut huge = connect_product(1, false);
+    huge["price"] = json!("10000000000.00");
+    let records: Vec<RawRecord> = serialize(
+        true,
+        &[
+            Described::new(connect_schema(false), connect_product(0, false)),
+            Described::new(connect_schema(false), huge),
+            Described::new(connect_schema(false), connect_product(2, false)),
+        ],
+    )
+    .into_iter()
+    .map(|value| RawRecord {
+        value,
+        ..Default::default()
+    })
+    .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.topic_settings = "format = \"connect-json\"\nauto_create = true".into();
@@ -853,37 +919,41 @@ async fn without_auto_evolve_a_new_field_is_ignored() {
 async fn times_and_durations_create_time_and_interval_columns() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(1).await;
+    // As Kafka's JsonConverter writes them, with Debezium's own schema builders.
     let schema = |v2: bool| {
-        format!(
-            r#"{{"type":"struct","name":"span","optional":false,"fields":[
-            {{"field":"id","type":"int32","optional":false}},
-            {{"field":"d","type":"int64","optional":true,"name":"io.debezium.time.MicroDuration","version":1}},
-            {{"field":"s","type":"string","optional":true,"name":"io.debezium.time.Interval","version":1}},
-            {{"field":"t","type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1}},
-            {{"field":"tm","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1}}{}]}}"#,
-            if v2 {
-                r#",{"field":"tn","type":"int64","optional":true,"name":"io.debezium.time.NanoTime","version":1}"#
-            } else {
-                ""
-            }
-        )
+        let mut fields = vec![
+            ("id", json!("int32")),
+            ("d", optional(json!({"debezium": "MicroDuration"}))),
+            ("s", optional(json!({"debezium": "Interval"}))),
+            ("t", optional(json!({"debezium": "MicroTime"}))),
+            ("tm", optional(json!({"logical": "Time"}))),
+        ];
+        if v2 {
+            fields.push(("tn", optional(json!({"debezium": "NanoTime"}))));
+        }
+        struct_of("span", &fields)
     };
-    let records = vec![
-        RawRecord::json(
-            0,
-            &format!(
-                r#"{{"schema":{},"payload":{{"id":1,"d":93784500000,"s":"P1Y2M3DT4H5M6.78S","t":45296789012,"tm":45296789}}}}"#,
-                schema(false)
+    let records: Vec<RawRecord> = serialize(
+        true,
+        &[
+            Described::new(
+                schema(false),
+                json!({"id": 1, "d": 93_784_500_000i64, "s": "P1Y2M3DT4H5M6.78S",
+                    "t": 45_296_789_012i64, "tm": "12:34:56.789"}),
             ),
-        ),
-        RawRecord::json(
-            0,
-            &format!(
-                r#"{{"schema":{},"payload":{{"id":2,"d":-1500000,"s":"P0Y0M-1DT0H0M0S","t":86400000000,"tm":0,"tn":86399999999000}}}}"#,
-                schema(true)
+            Described::new(
+                schema(true),
+                json!({"id": 2, "d": -1_500_000, "s": "P0Y0M-1DT0H0M0S",
+                    "t": 86_400_000_000i64, "tm": "00:00", "tn": 86_399_999_999_000i64}),
             ),
-        ),
-    ];
+        ],
+    )
+    .into_iter()
+    .map(|value| RawRecord {
+        value,
+        ..Default::default()
+    })
+    .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "spans");
     config.topic_settings =
@@ -941,10 +1011,15 @@ async fn table_from_with_auto_create_is_refused_at_startup() {
         &topic.name,
         &[RawRecord {
             headers: vec![(b"table".to_vec(), Some(b"routed_a".to_vec()))],
-            ..RawRecord::json(
-                0,
-                r#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int32"}]},"payload":{"id":1}}"#,
-            )
+            value: serialize(
+                true,
+                &[Described::new(
+                    struct_of("routed", &[("id", json!("int32"))]),
+                    json!({"id": 1}),
+                )],
+            )[0]
+            .clone(),
+            ..Default::default()
         }],
     )
     .await;

@@ -4,13 +4,27 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use base64::Engine as _;
+use serde_json::{json, Value};
 use sqlx::Executor;
 
+use crate::helpers::connect_json::{
+    debezium_envelope, debezium_event, optional, serialize, serialize_with, struct_of, Described,
+};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::sink::{ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
+
+/// Values as records on partition 0, in order.
+fn as_values(values: Vec<Option<Vec<u8>>>) -> Vec<RawRecord> {
+    values
+        .into_iter()
+        .map(|value| RawRecord {
+            value,
+            ..Default::default()
+        })
+        .collect()
+}
 
 fn keyed(partition: i32, key: &str, value: Option<String>) -> RawRecord {
     RawRecord {
@@ -212,25 +226,23 @@ async fn connect_json_records_load_with_their_schema() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let schema = r#"{"type":"struct","name":"product","optional":false,"fields":[
-        {"field":"id","type":"int32","optional":false},
-        {"field":"name","type":"string","optional":true},
-        {"field":"price","type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{"scale":"2"}},
-        {"field":"day","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Date","version":1},
-        {"field":"at","type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1},
-        {"field":"blob","type":"bytes","optional":true}]}"#;
-    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    let value = |id: i32, price: i64| {
-        format!(
-            r#"{{"schema":{schema},"payload":{{"id":{id},"name":"p{id}","price":"{}","day":19675,"at":1700000000123,"blob":"{}"}}}}"#,
-            b64(&price.to_be_bytes()[6..]),
-            b64(&[0, 1, 2])
-        )
+    let schema = struct_of(
+        "product",
+        &[
+            ("id", json!("int32")),
+            ("name", optional(json!("string"))),
+            ("price", optional(json!({"logical": "Decimal", "scale": 2}))),
+            ("day", optional(json!({"logical": "Date"}))),
+            ("at", optional(json!({"logical": "Timestamp"}))),
+            ("blob", optional(json!("bytes"))),
+        ],
+    );
+    let value = |id: i32, price: &str| {
+        let product = json!({"id": id, "name": format!("p{id}"), "price": price,
+            "day": "2023-11-14", "at": "2023-11-14T22:13:20.123Z", "blob": "AAEC"});
+        Described::new(schema.clone(), product)
     };
-    let records = vec![
-        RawRecord::json(0, &value(1, 12345)),
-        RawRecord::json(0, &value(2, -5)),
-    ];
+    let records = as_values(serialize(true, &[value(1, "123.45"), value(2, "-0.05")]));
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.topic_settings = "format = \"connect-json\"".into();
@@ -268,47 +280,58 @@ async fn connect_json_records_load_with_their_schema() {
     assert!(sink.stop().success());
 }
 
-/// A Debezium change event for table `customers`, with or without the schema envelope.
-fn debezium(
-    op: &str,
-    before: Option<(i32, &str)>,
-    after: Option<(i32, &str)>,
-    with_schema: bool,
-) -> (String, String) {
-    let row = |r: Option<(i32, &str)>| match r {
-        Some((id, name)) => format!(r#"{{"id":{id},"name":"{name}","since":19675}}"#),
-        None => "null".into(),
-    };
-    let id = after.or(before).map(|(id, _)| id).unwrap();
-    let payload = format!(
-        r#"{{"before":{},"after":{},"source":{{"connector":"postgresql","table":"customers"}},"op":"{op}","ts_ms":1700000000000}}"#,
-        row(before),
-        row(after)
+/// (op, before, after) with rows as (id, name)
+type Change = (
+    &'static str,
+    Option<(i32, &'static str)>,
+    Option<(i32, &'static str)>,
+);
+
+/// Debezium change events for table `customers` as the connector writes them with
+/// JsonConverter: (key, value) of each, with the schema envelope (`schemas.enable=true`) when
+/// `with_schema` says so for its index, else without.
+fn debezium(events: &[Change], with_schema: impl Fn(usize) -> bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let schema = debezium_envelope(
+        "dbserver1.inventory.customers",
+        struct_of(
+            "dbserver1.inventory.customers.Value",
+            &[
+                ("id", json!("int32")),
+                ("name", json!("string")),
+                ("since", json!({"debezium": "Date"})),
+            ],
+        ),
     );
-    let row_schema = r#"{"type":"struct","optional":true,"fields":[{"field":"id","type":"int32"},{"field":"name","type":"string"},{"field":"since","type":"int32","name":"io.debezium.time.Date"}]}"#;
-    if with_schema {
-        let schema = format!(
-            r#"{{"type":"struct","fields":[{},{},{{"field":"op","type":"string"}}]}}"#,
-            row_schema.replacen(
-                "{\"type\":\"struct\"",
-                "{\"field\":\"before\",\"type\":\"struct\"",
-                1
-            ),
-            row_schema.replacen(
-                "{\"type\":\"struct\"",
-                "{\"field\":\"after\",\"type\":\"struct\"",
-                1
+    let key_schema = struct_of(
+        "dbserver1.inventory.customers.Key",
+        &[("id", json!("int32"))],
+    );
+    let row = |r: Option<(i32, &str)>| match r {
+        Some((id, name)) => json!({"id": id, "name": name, "since": "2023-11-14"}),
+        None => Value::Null,
+    };
+    let described: Vec<Described> = events
+        .iter()
+        .flat_map(|&(op, before, after)| {
+            let id = after.or(before).map(|(id, _)| id).unwrap();
+            [
+                Described::new(key_schema.clone(), json!({ "id": id })),
+                Described::new(schema.clone(), debezium_event(op, row(before), row(after))),
+            ]
+        })
+        .collect();
+    // One JVM per converter setting, then each event takes its own.
+    let enabled = serialize(true, &described);
+    let disabled = serialize(false, &described);
+    (0..events.len())
+        .map(|i| {
+            let bytes = if with_schema(i) { &enabled } else { &disabled };
+            (
+                bytes[2 * i].clone().expect("a key"),
+                bytes[2 * i + 1].clone().expect("a value"),
             )
-        );
-        (
-            format!(
-                r#"{{"schema":{{"type":"struct","fields":[{{"field":"id","type":"int32"}}]}},"payload":{{"id":{id}}}}}"#
-            ),
-            format!(r#"{{"schema":{schema},"payload":{payload}}}"#),
-        )
-    } else {
-        (format!(r#"{{"id":{id}}}"#), payload)
-    }
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -319,12 +342,6 @@ async fn debezium_changes_replicate_the_source_state() {
         .await
         .unwrap();
     let topic = TestTopic::create(2).await;
-    /// (op, before, after) with rows as (id, name)
-    type Change = (
-        &'static str,
-        Option<(i32, &'static str)>,
-        Option<(i32, &'static str)>,
-    );
     let events: Vec<Change> = vec![
         ("r", None, Some((4, "snap"))),
         ("c", None, Some((1, "ann"))),
@@ -337,20 +354,20 @@ async fn debezium_changes_replicate_the_source_state() {
         ("d", Some((4, "snap")), None),
     ];
     let mut records = Vec::new();
-    for (i, (op, before, after)) in events.iter().enumerate() {
-        let (key, value) = debezium(op, *before, *after, i % 2 == 0);
+    let written = debezium(&events, |i| i % 2 == 0);
+    for ((op, before, after), (key, value)) in events.iter().zip(written) {
         let id = after.or(*before).unwrap().0;
         records.push(RawRecord {
             partition: id % 2,
-            key: Some(key.clone().into_bytes()),
-            value: Some(value.into_bytes()),
+            key: Some(key.clone()),
+            value: Some(value),
             ..Default::default()
         });
         if *op == "d" {
             // Debezium follows a delete with a tombstone for log compaction.
             records.push(RawRecord {
                 partition: id % 2,
-                key: Some(key.into_bytes()),
+                key: Some(key),
                 ..Default::default()
             });
         }
@@ -441,52 +458,57 @@ async fn connect_decimals_load_from_base64_and_from_json_numbers() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let decimal = |field: &str| {
-        format!(
-            r#"{{"field":"{field}","type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"2"}}}}"#
-        )
-    };
-    let schema = format!(
-        r#"{{"type":"struct","optional":false,"fields":[{{"field":"id","type":"int32"}},{},{}]}}"#,
-        decimal("price"),
-        decimal("exact")
+    let schema = struct_of(
+        "prices",
+        &[
+            ("id", json!("int32")),
+            ("price", optional(json!({"logical": "Decimal", "scale": 2}))),
+            ("exact", optional(json!({"logical": "Decimal", "scale": 2}))),
+        ],
     );
-    let b64 = |unscaled: i64| {
-        let bytes = unscaled.to_be_bytes();
-        // The shortest two's-complement form, as Connect writes it.
-        let skip = (0..7)
-            .take_while(|&i| {
-                (bytes[i] == 0 && bytes[i + 1] & 0x80 == 0)
-                    || (bytes[i] == 0xff && bytes[i + 1] & 0x80 != 0)
-            })
-            .count();
-        format!(
-            "\"{}\"",
-            base64::engine::general_purpose::STANDARD.encode(&bytes[skip..])
+    let value = |id: i32, price: &str, exact: &str| {
+        Described::new(
+            schema.clone(),
+            json!({"id": id, "price": price, "exact": exact}),
         )
     };
-    // (id, price, exact) as the payload writes them: base64 (decimal.format=BASE64, the
-    // default) or JSON numbers (decimal.format=NUMERIC).
-    let payloads = [
-        (1, b64(12345), b64(-5)),
-        (2, "123.45".to_string(), "-0.05".to_string()),
-        (3, b64(-1), b64(1_234_567_890_123_456_789)),
-        (4, "-0.01".to_string(), "12345678901234567.89".to_string()),
-        // A number is taken as written: the column's own scale applies, as to any number.
-        (5, "0.005".to_string(), "1.5".to_string()),
-        (6, "0".to_string(), "1e3".to_string()),
-    ];
-    let records: Vec<RawRecord> = payloads
-        .iter()
-        .map(|(id, price, exact)| {
-            RawRecord::json(
-                0,
-                &format!(
-                    r#"{{"schema":{schema},"payload":{{"id":{id},"price":{price},"exact":{exact}}}}}"#
-                ),
-            )
-        })
-        .collect();
+    // Base64 (decimal.format=BASE64, the default) and JSON numbers (NUMERIC), as the
+    // converter writes them.
+    let base64 = serialize_with(
+        true,
+        None,
+        &[
+            value(1, "123.45", "-0.05"),
+            value(3, "-0.01", "12345678901234567.89"),
+        ],
+    );
+    let numeric = serialize_with(
+        true,
+        Some("NUMERIC"),
+        &[
+            value(2, "123.45", "-0.05"),
+            value(4, "-0.01", "12345678901234567.89"),
+        ],
+    );
+    let numeric_text = String::from_utf8(numeric[0].clone().unwrap()).unwrap();
+    assert!(numeric_text.contains(r#""price":123.45"#), "{numeric_text}");
+    // What no converter writes (a number with more decimals than the scale, an exponent) is
+    // read as any number: the column's own scale applies. Written into the converter's own
+    // envelope.
+    let hand = |id: i32, price: &str, exact: &str| {
+        numeric_text
+            .replace(r#""id":2"#, &format!(r#""id":{id}"#))
+            .replace(r#""price":123.45"#, &format!(r#""price":{price}"#))
+            .replace(r#""exact":-0.05"#, &format!(r#""exact":{exact}"#))
+    };
+    let mut records = as_values(vec![
+        base64[0].clone(),
+        numeric[0].clone(),
+        base64[1].clone(),
+        numeric[1].clone(),
+    ]);
+    records.push(RawRecord::json(0, &hand(5, "0.005", "1.5")));
+    records.push(RawRecord::json(0, &hand(6, "0", "1e3")));
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "prices");
     config.topic_settings = "format = \"connect-json\"".into();
@@ -525,37 +547,58 @@ async fn schemaless_debezium_microseconds_land_exactly_with_their_time_unit() {
         .unwrap();
     let topic = TestTopic::create(1).await;
     // Debezium with schemas.enable=false: MicroTimestamp as bare microseconds, Date as days.
-    let event = |id: i32, created: i64, local: i64, day: i64, legacy: i64| {
-        format!(
-            r#"{{"before":null,"after":{{"id":{id},"created_at":{created},"local_at":{local},"day":{day},"legacy_ms":{legacy}}},"op":"c","source":{{}}}}"#
+    let row = |created: &str, local: &str, legacy: Value| {
+        debezium_envelope(
+            "dbserver1.public.visits",
+            struct_of(
+                "dbserver1.public.visits.Value",
+                &[
+                    ("id", json!("int32")),
+                    ("created_at", optional(json!({ "debezium": created }))),
+                    ("local_at", optional(json!({ "debezium": local }))),
+                    ("day", optional(json!({"debezium": "Date"}))),
+                    ("legacy_ms", legacy),
+                ],
+            ),
         )
     };
-    let schema_field = |field: &str, name: &str| {
-        format!(r#"{{"field":"{field}","type":"int64","optional":true,"name":"{name}"}}"#)
-    };
-    // The same stream with its schema: a schema's unit wins over the topic's time_unit.
-    let with_schema = format!(
-        r#"{{"schema":{{"type":"struct","fields":[{{"field":"after","type":"struct","optional":true,"fields":[{{"field":"id","type":"int32"}},{},{}]}}]}},"payload":{}}}"#,
-        schema_field("created_at", "io.debezium.time.Timestamp"),
-        schema_field("local_at", "io.debezium.time.NanoTimestamp"),
-        event(4, 1_700_000_000_123, 1_700_000_000_123_456_789, 19_675, 1)
+    let schemaless = row(
+        "MicroTimestamp",
+        "MicroTimestamp",
+        optional(json!({"debezium": "Timestamp"})),
     );
-    let records = vec![
-        RawRecord::json(
-            0,
-            &event(
-                1,
-                1_700_000_000_123_456,
-                1_700_000_000_654_321,
-                19_675,
-                1_700_000_000_123,
+    let event = |id: i32, created: i64, local: i64, day: i64, legacy: i64| json!({"id": id, "created_at": created, "local_at": local, "day": day, "legacy_ms": legacy});
+    let create = |schema: &Value, after: Value| {
+        Described::new(schema.clone(), debezium_event("c", Value::Null, after))
+    };
+    let mut records = as_values(serialize(
+        false,
+        &[
+            create(
+                &schemaless,
+                event(
+                    1,
+                    1_700_000_000_123_456,
+                    1_700_000_000_654_321,
+                    19_675,
+                    1_700_000_000_123,
+                ),
             ),
-        ),
-        // Before 1970, with sub-second parts.
-        RawRecord::json(0, &event(2, -1, -1_500, -1, -1)),
-        RawRecord::json(0, &event(3, 0, 86_400_000_001, 0, 0)),
-        RawRecord::json(0, &with_schema),
-    ];
+            // Before 1970, with sub-second parts.
+            create(&schemaless, event(2, -1, -1_500, -1, -1)),
+            create(&schemaless, event(3, 0, 86_400_000_001, 0, 0)),
+        ],
+    ));
+    // The same stream with its schema: a schema's unit wins over the topic's time_unit (and
+    // a field without one, legacy_ms, takes its time_units entry).
+    let with_schema = row("Timestamp", "NanoTimestamp", optional(json!("int64")));
+    records.extend(as_values(serialize(
+        true,
+        &[create(
+            &with_schema,
+            event(4, 1_700_000_000_123, 1_700_000_000_123_456_789, 19_675, 1),
+        )],
+    )));
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "visits");
     config.metadata = String::new();
@@ -626,15 +669,39 @@ async fn debezium_truncates_and_messages_stop_the_sink_or_become_decode_dead_let
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let (key, create) = debezium("c", None, Some((1, "ann")), false);
-    let (_, later) = debezium("c", None, Some((2, "bob")), true);
-    let truncate = r#"{"before":null,"after":null,"source":{"table":"customers"},"op":"t","ts_ms":1700000000000}"#;
-    let message = r#"{"op":"m","ts_ms":1700000000000,"message":{"prefix":"p","content":"eA=="}}"#;
+    let written = debezium(
+        &[("c", None, Some((1, "ann"))), ("c", None, Some((2, "bob")))],
+        |i| i == 1,
+    );
+    let key = written[0].0.clone();
+    // The truncate as the connector writes it without the schema (Envelope.truncate); the
+    // message event as Debezium's logical-decoding messages look, which debezium-core does
+    // not build.
+    let source = struct_of(
+        "source",
+        &[("db", json!("string")), ("table", json!("string"))],
+    );
+    let truncate = serialize(
+        false,
+        &[Described::new(
+            json!({"envelope": {"name": "dbserver1.inventory.customers.Envelope",
+                "row": optional(struct_of("row", &[("id", json!("int32"))])), "source": source}}),
+            json!({"op": "t", "source": {"db": "inventory", "table": "customers"}, "ts_ms": 1_700_000_000_000i64}),
+        )],
+    )[0]
+    .clone()
+    .expect("a truncate event");
+    let message = br#"{"op":"m","ts_ms":1700000000000,"message":{"prefix":"p","content":"eA=="}}"#;
+    let record = |value: &[u8]| RawRecord {
+        key: Some(key.clone()),
+        value: Some(value.to_vec()),
+        ..Default::default()
+    };
     let records = vec![
-        keyed(0, &key, Some(create)),
-        keyed(0, &key, Some(truncate.into())),
-        keyed(0, &key, Some(message.into())),
-        keyed(0, &key, Some(later)),
+        record(&written[0].1),
+        record(&truncate),
+        record(message),
+        record(&written[1].1),
     ];
     produce_raw(&producer(), &topic.name, &records).await;
 
@@ -679,8 +746,8 @@ async fn debezium_truncates_and_messages_stop_the_sink_or_become_decode_dead_let
     assert_eq!(
         letters,
         vec![
-            (1, "decode".to_string(), truncate.as_bytes().to_vec()),
-            (2, "decode".to_string(), message.as_bytes().to_vec()),
+            (1, "decode".to_string(), truncate.clone()),
+            (2, "decode".to_string(), message.to_vec()),
         ]
     );
     let rows: Vec<(i32, String)> = sqlx::query_as("SELECT id, name FROM customers ORDER BY id")

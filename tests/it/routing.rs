@@ -7,8 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use sqlx::Executor;
 
+use crate::helpers::connect_json::{optional, serialize, struct_of, Described};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
@@ -334,12 +336,85 @@ fn cdc_row(t: usize, id: i64, v: i64) -> (String, Vec<Option<String>>) {
     }
 }
 
+/// The Connect schema of source table `t`'s rows (`cdc_row`), as Debezium declares them.
+fn cdc_schema(t: usize) -> Value {
+    let (name, fields) = match t {
+        0 => (
+            "customers",
+            vec![("id", json!("int32")), ("name", json!("string"))],
+        ),
+        1 => (
+            "products",
+            vec![
+                ("id", json!("int32")),
+                ("sku", json!("string")),
+                // decimal.handling.mode=string
+                ("price", optional(json!("string"))),
+            ],
+        ),
+        _ => (
+            "orders",
+            vec![
+                ("id", json!("int32")),
+                ("customer", json!("int32")),
+                ("qty", json!("int32")),
+            ],
+        ),
+    };
+    let row = struct_of(&format!("inv.public.{name}.Value"), &fields);
+    json!({"envelope": {
+        "name": format!("inv.public.{name}.Envelope"),
+        "row": optional(row),
+        "source": struct_of("io.debezium.connector.postgresql.Source", &[
+            ("connector", json!("string")), ("db", json!("string")),
+            ("schema", json!("string")), ("table", json!("string")),
+        ]),
+    }})
+}
+
+/// A change event of source table `t`, described for the JsonConverter helper.
+fn cdc_event(t: usize, event: Value) -> Described {
+    Described::new(cdc_schema(t), event)
+}
+
+/// The record key of row `id`, as Debezium's key struct.
+fn cdc_key(id: i64) -> Described {
+    Described::new(
+        struct_of("inv.Key", &[("id", json!("int32"))]),
+        json!({ "id": id }),
+    )
+}
+
+/// Fills in the values and keys of the CDC records as Kafka's JsonConverter writes them (one
+/// JVM per `schemas.enable` setting); each tombstone takes the key of the delete before it.
+fn write_cdc_events(
+    records: &mut [RawRecord],
+    written: &[(usize, bool, Described, Described)],
+    tombstones: &[usize],
+) {
+    for with_schema in [true, false] {
+        let chosen: Vec<_> = written.iter().filter(|w| w.1 == with_schema).collect();
+        let described: Vec<Described> = chosen
+            .iter()
+            .flat_map(|(_, _, value, key)| [value.clone(), key.clone()])
+            .collect();
+        let bytes = serialize(with_schema, &described);
+        for (w, pair) in chosen.iter().zip(bytes.chunks(2)) {
+            records[w.0].value = pair[0].clone();
+            records[w.0].key = pair[1].clone();
+        }
+    }
+    for &i in tombstones {
+        records[i].key = records[i - 1].key.clone();
+    }
+}
+
 /// A multi-table Debezium topic (`source.table`, a pattern of allowed tables): creates,
-/// updates and deletes (each followed by its tombstone) of three tables, some in the Connect
-/// envelope, in two halves with a `kill -9` between them: every table equals its source
-/// table's state, every column (the offset column: the change that wrote the row); events of
-/// a table the pattern does not allow (`inv_secrets`, `inv_customers_old`) are `routing` dead
-/// letters and nothing else is.
+/// updates and deletes (each followed by its tombstone) of three tables, written by Kafka's
+/// JsonConverter, every 4th with its schema (built with Debezium's `Envelope`), in two halves
+/// with a `kill -9` between them: every table equals its source table's state, every column
+/// (the offset column: the change that wrote the row); events of a table the pattern does not
+/// allow (`inv_secrets`, `inv_customers_old`) are `routing` dead letters and nothing else is.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once() {
     let db = TestDb::migrated().await;
@@ -360,6 +435,9 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
     let mut records = Vec::new();
     // (record index, what it must be: Some(table) for rows, None for a dead letter)
     let mut events = Vec::new();
+    // (record index, with its schema, value, key), and the tombstones (each after its delete).
+    let mut written = Vec::new();
+    let mut tombstones = Vec::new();
     for step in 0..2400i64 {
         let t = (step % 3) as usize;
         let id = (step * 7 + step / 3) % 40;
@@ -387,28 +465,30 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
             "c" => ("null".to_string(), after),
             _ => (before, after),
         };
-        let event = format!(
-            r#"{{"before":{before},"after":{after},"source":{{"connector":"postgresql","db":"inv","schema":"public","table":"{table}"}},"op":"{op}","ts_ms":1700000000000}}"#
-        );
-        let value = if step % 4 == 0 {
-            format!(r#"{{"schema":null,"payload":{event}}}"#)
-        } else {
-            event
-        };
-        let key = format!(r#"{{"id":{id}}}"#);
+        let row = |text: &str| serde_json::from_str::<Value>(text).expect("a row");
+        let event = json!({
+            "op": op, "before": row(&before), "after": row(&after), "ts_ms": 1_700_000_000_000i64,
+            "source": {"connector": "postgresql", "db": "inv", "schema": "public", "table": table},
+        });
         records.push(RawRecord {
             partition,
-            key: Some(key.clone().into_bytes()),
-            value: Some(value.into_bytes()),
             ..Default::default()
         });
+        // Written below by JsonConverter: every 4th with its schema, the rest without.
+        written.push((
+            records.len() - 1,
+            step % 4 == 0,
+            cdc_event(t, event),
+            cdc_key(id),
+        ));
         events.push((records.len() - 1, allowed.then_some((t, id, op, text))));
         if op == "d" {
+            // Its tombstone: the same key, no value.
             records.push(RawRecord {
                 partition,
-                key: Some(key.into_bytes()),
                 ..Default::default()
             });
+            tombstones.push(records.len() - 1);
         }
         if allowed {
             match op {
@@ -421,6 +501,7 @@ async fn a_multi_table_debezium_topic_reproduces_each_source_table_exactly_once(
             }
         }
     }
+    write_cdc_events(&mut records, &written, &tombstones);
     let mut next = BTreeMap::new();
     let offsets = offsets_of(&records, &mut next);
     // The expected state, with each row's offset column from the change that wrote it.

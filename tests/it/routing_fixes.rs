@@ -379,7 +379,7 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
     let db = TestDb::migrated().await;
     db.pool
         .execute(
-            "CREATE TABLE route_a (id bigint NOT NULL, digest bytea, at timestamptz,
+            "CREATE TABLE route_a (id bigint NOT NULL, digest bytea, at timestamptz, doc jsonb,
                                    kafka_partition int, kafka_offset bigint);
              CREATE TABLE route_b (id bigint NOT NULL, note text,
                                    kafka_partition int, kafka_offset bigint)",
@@ -392,6 +392,7 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
          tables = [\"route_a\", \"route_b\"]\n\
          bytea_encoding = { digest = \"hex\" }\n\
          time_units = { at = \"s\" }\n\
+         json_text = [\"doc\"]\n\
          columns = { note = \"/n\" }\n";
     config.topic_settings = format!("{settings}on_error = \"dead_letter\"");
     let record = |table: &str, value: String| RawRecord {
@@ -401,10 +402,13 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
     let records = [
         record(
             "a",
-            r#"{"id":0,"digest":"deadbeef","at":1700000000}"#.into(),
+            r#"{"id":0,"digest":"deadbeef","at":1700000000,"doc":"{\"k\":1}"}"#.into(),
         ),
         record("b", r#"{"id":1,"n":"note one"}"#.into()),
-        record("a", r#"{"id":2,"digest":"\\x00ff","at":0}"#.into()),
+        record(
+            "a",
+            r#"{"id":2,"digest":"\\x00ff","at":0,"doc":"[]"}"#.into(),
+        ),
         record("b", r#"{"id":3,"n":"note ✓"}"#.into()),
     ];
     produce_raw(&producer(), &topic.name, &records).await;
@@ -412,14 +416,20 @@ async fn per_column_settings_apply_to_the_routed_tables_that_have_the_column() {
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(20));
     let a = db
-        .rows_as_text("route_a", &["id", "digest", "at", "kafka_offset"])
+        .rows_as_text("route_a", &["id", "digest", "at", "doc", "kafka_offset"])
         .await;
     let text = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
     assert_eq!(
         a,
         vec![
-            text(&["0", "\\xdeadbeef", "2023-11-14 22:13:20+00", "0"]),
-            text(&["2", "\\x00ff", "1970-01-01 00:00:00+00", "2"]),
+            text(&[
+                "0",
+                "\\xdeadbeef",
+                "2023-11-14 22:13:20+00",
+                r#"{"k": 1}"#,
+                "0"
+            ]),
+            text(&["2", "\\x00ff", "1970-01-01 00:00:00+00", "[]", "2"]),
         ]
     );
     let b = db

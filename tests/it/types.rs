@@ -19,6 +19,7 @@ use sqlx::Executor;
 
 use kafka_pg_sink::registry::SchemaKind;
 
+use crate::helpers::connect_json::{optional, serialize, struct_of, Described};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
@@ -474,42 +475,51 @@ async fn connect_json_debezium_durations_and_times_land_in_interval_and_time_col
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let schema = r#"{"type":"struct","name":"span","optional":false,"fields":[
-        {"field":"id","type":"int32","optional":false},
-        {"field":"d","type":"int64","optional":true,"name":"io.debezium.time.MicroDuration","version":1},
-        {"field":"s","type":"string","optional":true,"name":"io.debezium.time.Interval","version":1},
-        {"field":"t","type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1},
-        {"field":"tm","type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1},
-        {"field":"tn","type":"int64","optional":true,"name":"io.debezium.time.NanoTime","version":1}]}"#;
-    let value = |id: i32, d: i64, s: &str, t: i64, tm: i64, tn: i64| {
-        format!(
-            r#"{{"schema":{schema},"payload":{{"id":{id},"d":{d},"s":"{s}","t":{t},"tm":{tm},"tn":{tn}}}}}"#
+    // As Kafka's JsonConverter writes them, with Debezium's own schema builders.
+    let schema = struct_of(
+        "span",
+        &[
+            ("id", json!("int32")),
+            ("d", optional(json!({"debezium": "MicroDuration"}))),
+            ("s", optional(json!({"debezium": "Interval"}))),
+            ("t", optional(json!({"debezium": "MicroTime"}))),
+            ("tm", optional(json!({"logical": "Time"}))),
+            ("tn", optional(json!({"debezium": "NanoTime"}))),
+        ],
+    );
+    let value = |id: i32, d: i64, s: &str, t: i64, tm: &str, tn: i64| {
+        Described::new(
+            schema.clone(),
+            json!({"id": id, "d": d, "s": s, "t": t, "tm": tm, "tn": tn}),
         )
     };
-    let records = vec![
-        RawRecord::json(
-            0,
-            &value(
+    let records: Vec<RawRecord> = serialize(
+        true,
+        &[
+            value(
                 1,
                 93_784_500_000,
                 "P1Y2M3DT4H5M6.78S",
                 45_296_789_012,
-                45_296_789,
+                "12:34:56.789",
                 1_999,
             ),
-        ),
-        RawRecord::json(
-            0,
-            &value(
+            value(
                 2,
                 -1_500_000,
                 "P0Y0M-1DT0H0M0S",
                 86_400_000_000,
-                0,
+                "00:00",
                 86_399_999_999_999,
             ),
-        ),
-    ];
+        ],
+    )
+    .into_iter()
+    .map(|value| RawRecord {
+        value,
+        ..Default::default()
+    })
+    .collect();
     produce_raw(&producer(), &topic.name, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "spans");
     config.topic_settings = "format = \"connect-json\"".into();
