@@ -68,9 +68,19 @@ fn serialize_options() -> SerializeOptions {
 }
 
 impl ProtobufTranscoder {
-    /// Compiles the registered `.proto` text; its errors say where in the text it is wrong.
+    /// Compiles `.proto` text that imports only the well-known types; its errors say where in
+    /// the text it is wrong.
+    #[cfg(test)]
     pub(crate) fn new(proto_source: &str) -> Result<Self, String> {
-        let file = proto::compile(proto_source)?;
+        Self::with_file(proto::compile(proto_source)?)
+    }
+
+    /// Compiles a registered schema, in either form, with the schemas it references.
+    pub(crate) fn registered(schema: &crate::registry::RegisteredSchema) -> Result<Self, String> {
+        Self::with_file(proto::compile_registered(schema)?)
+    }
+
+    fn with_file(file: prost_reflect::FileDescriptor) -> Result<Self, String> {
         Ok(Self {
             file,
             resolved: RwLock::new(HashMap::new()),
