@@ -197,13 +197,59 @@ impl ProtobufTranscoder {
                 if let Some(spans) = spans {
                     spans.truncate(spans_from);
                 }
-                self.by_value(&found.desc, body, out)
+                self.fallback(&found.desc, body, out)
             }
         }
     }
 }
 
+/// The path of the first `DoubleValue`/`FloatValue` in `message` that holds NaN or an
+/// infinity, if any (prost-reflect's decoding already bounds the depth).
+fn non_finite_wrapper(message: &DynamicMessage) -> Option<String> {
+    use prost_reflect::Value as V;
+    fn in_value(value: &V, path: &str) -> Option<String> {
+        match value {
+            V::Message(m) => match prost_reflect::ReflectMessage::descriptor(m).full_name() {
+                "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
+                    let finite = match m.get_field_by_name("value").as_deref() {
+                        Some(V::F64(f)) => f.is_finite(),
+                        Some(V::F32(f)) => f.is_finite(),
+                        _ => true,
+                    };
+                    (!finite).then(|| path.to_string())
+                }
+                _ => non_finite_wrapper(m).map(|inner| format!("{path}.{inner}")),
+            },
+            V::List(items) => items.iter().find_map(|v| in_value(v, path)),
+            V::Map(entries) => entries.values().find_map(|v| in_value(v, path)),
+            _ => None,
+        }
+    }
+    message
+        .fields()
+        .find_map(|(field, value)| in_value(value, field.name()))
+}
+
 impl ProtobufTranscoder {
+    /// A record the direct reader leaves to prost-reflect, which writes a `DoubleValue` or
+    /// `FloatValue` holding NaN or an infinity as null: such a record is refused rather
+    /// than landed with the value lost.
+    fn fallback(
+        &self,
+        desc: &MessageDescriptor,
+        body: &[u8],
+        out: &mut String,
+    ) -> Result<(), String> {
+        if let Ok(message) = DynamicMessage::decode(desc.clone(), body) {
+            if let Some(path) = non_finite_wrapper(&message) {
+                return Err(format!(
+                    "{path} wraps NaN or an infinity in a record only prost-reflect reads, which would write it as null"
+                ));
+            }
+        }
+        self.by_value(desc, body, out)
+    }
+
     /// The record as prost-reflect decodes it into a `DynamicMessage` and serializes it: the
     /// reference the direct reader was written to equal, and where it falls back.
     fn by_value(

@@ -35,6 +35,7 @@ mod restarts;
 mod routing;
 mod routing_fixes;
 mod security;
+mod serializers;
 mod supervision;
 mod types;
 mod upsert;
