@@ -5,6 +5,9 @@
 //! every column compared with PostgreSQL's own reading of the produced value. And `check` on
 //! such topics.
 
+mod avro;
+mod check_units;
+mod json_schema;
 mod protobuf;
 
 use std::time::Duration;
