@@ -448,9 +448,7 @@ impl TopicMapper {
     /// is one; a logical time type (Avro `timestamp-micros`, Debezium `MicroTimestamp`, ...)
     /// states its unit, so `check` asks the schema before warning.
     pub(crate) fn value_schema_field(&self, i: usize) -> Option<&str> {
-        if schema_kind(self.value_encoding).is_none() {
-            return None;
-        }
+        schema_kind(self.value_encoding)?;
         match &self.sources[i] {
             Source::Doc(path) if path.len() == 1 => Some(path[0].as_str()),
             _ => None,

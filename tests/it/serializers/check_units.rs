@@ -54,6 +54,9 @@ fn unit_warnings(stdout: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Three topics, one `check` each: Avro logical times (one plain `long` among them), Debezium's
+/// `Date` and `MicroTimestamp` in Avro, and schemaless JSON. On the code before issue 25 every
+/// time column of the first two was warned about.
 #[tokio::test(flavor = "multi_thread")]
 async fn check_warns_about_time_units_only_where_a_bare_integer_can_reach_the_column() {
     let db = TestDb::migrated().await;
