@@ -82,11 +82,22 @@ pub async fn produce(
     key: Option<&Serde<'_>>,
     records: &[Value],
 ) -> Vec<(i32, i64)> {
+    produce_evolving(topic, std::slice::from_ref(value), key, records).await
+}
+
+/// As [`produce`], for a producer whose value schema evolves: each record's `"schema"` (0 when
+/// absent) picks its serializer from `values`, as a new producer version would.
+pub async fn produce_evolving(
+    topic: &str,
+    values: &[Serde<'_>],
+    key: Option<&Serde<'_>>,
+    records: &[Value],
+) -> Vec<(i32, i64)> {
     let spec = json!({
         "bootstrap": services().kafka,
         "registry": registry_url(),
         "topic": topic,
-        "value": value.describe(),
+        "values": values.iter().map(Serde::describe).collect::<Vec<_>>(),
         "key": key.map(Serde::describe),
         "records": records,
     });
