@@ -189,18 +189,21 @@ fn describe(e: &protox::Error, source: &str) -> String {
     }
 }
 
-/// The bytes of a schema registered as base64 of a `FileDescriptorProto`, or `None` for
-/// `.proto` source. Source always holds a space, `;` or `{`, which base64 never does.
+/// The bytes of a schema registered as base64 of a `FileDescriptorProto` (line breaks
+/// allowed, as some clients wrap it), or `None` for `.proto` source, which always holds a `;`
+/// or `{` that base64 never does.
 fn descriptor_bytes(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim();
-    let base64_only = !text.is_empty()
-        && text
+    let compact: String = text.split_ascii_whitespace().collect();
+    let base64_only = !compact.is_empty()
+        && compact
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
     if !base64_only {
         return None;
     }
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .ok()
 }
 
 /// One file the compiler may read, in the form it was registered in, under the name it is
@@ -296,7 +299,15 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(expected.len(), 3, "{expected:?}");
+        // Wrapped at 76 columns, as some clients send base64.
+        let wrapped = order_b64
+            .as_bytes()
+            .chunks(76)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
         for (text, import) in [
+            (&wrapped, &money_b64),
             (&order_b64, &money_b64),
             (&order_b64, &MONEY.to_string()),
             (&ORDER.to_string(), &money_b64),
