@@ -8,16 +8,30 @@
 use std::time::Duration;
 
 use prost_reflect::prost::Message as _;
-use prost_reflect::{DynamicMessage, MapKey, Value};
+use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, Value};
 
 use kafka_pg_sink::registry::SchemaKind;
 
-use super::{column_types, message, proto_pool};
+use super::column_types;
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
+
+/// The schema compiled as the producer's serializer has it.
+fn proto_pool(source: &str) -> DescriptorPool {
+    crate::helpers::registry::compile_proto("account.proto", source)
+}
+
+/// A message of a well-known or nested type with fields set.
+fn message(pool: &DescriptorPool, name: &str, fields: &[(&str, Value)]) -> Value {
+    let mut m = DynamicMessage::new(pool.get_message_by_name(name).unwrap());
+    for (f, v) in fields {
+        m.set_field_by_name(f, v.clone());
+    }
+    Value::Message(m)
+}
 
 const EDGE_PROTO: &str = r#"syntax = "proto3";
 package kps.edge;
