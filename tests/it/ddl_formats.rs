@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use kafka_pg_sink::registry::SchemaKind;
 
-use crate::helpers::confluent::{produce_evolving, Serde};
+use crate::helpers::confluent::{produce, produce_evolving, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
@@ -541,16 +541,8 @@ fn trimmed(text: String) -> String {
 /// (not the plain Avro type's `int8`/`int4`/`text`), and every value lands as produced.
 #[tokio::test(flavor = "multi_thread")]
 async fn debezium_avro_logical_types_create_their_columns() {
-    use apache_avro::types::Value as Avro;
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        DEBEZIUM_AVRO,
-    )
-    .await;
-    let schema = apache_avro::Schema::parse_str(DEBEZIUM_AVRO).unwrap();
     let mut records = Vec::new();
     let mut expected = Vec::new();
     let midnight = chrono::NaiveTime::from_hms_opt(0, 0, 0).unwrap();
@@ -558,57 +550,21 @@ async fn debezium_avro_logical_types_create_their_columns() {
         let ms = 1_700_000_000_123 + i;
         let us = 1_700_000_000_123_456 + i;
         let ns = 1_700_000_000_123_456_000 + i * 1000;
-        let after = Avro::Record(vec![
-            ("id".into(), Avro::Int(i as i32)),
-            ("ts".into(), Avro::Long(ms)),
-            ("mts".into(), Avro::Long(us)),
-            ("nts".into(), Avro::Long(ns)),
-            (
-                "zts".into(),
-                Avro::Union(
-                    1,
-                    Box::new(Avro::String(format!("2024-01-02T03:04:{i:02}.5+02:00"))),
-                ),
-            ),
-            ("d".into(), Avro::Int(19675 + i as i32)),
-            ("t".into(), Avro::Int(3_600_000 + i as i32 * 1000)),
-            ("mt".into(), Avro::Long(3_600_000_000 + i)),
-            ("nt".into(), Avro::Long(7_200_000_000_000 + i * 1000)),
-            ("js".into(), Avro::String(format!(r#"{{"a":{i}}}"#))),
-            (
-                "u".into(),
-                Avro::String(format!("00000000-0000-0000-0000-{i:012}")),
-            ),
-            (
-                "vsd".into(),
-                Avro::Record(vec![
-                    ("scale".into(), Avro::Int(3)),
-                    (
-                        "value".into(),
-                        Avro::Bytes(((i * 1000 + 7) as i32).to_be_bytes().to_vec()),
-                    ),
-                ]),
-            ),
-            (
-                "dec".into(),
-                Avro::Bytes(((i * 100 + 5) as i32).to_be_bytes().to_vec()),
-            ),
-        ]);
-        let envelope = Avro::Record(vec![
-            ("before".into(), Avro::Union(0, Box::new(Avro::Null))),
-            ("after".into(), Avro::Union(1, Box::new(after))),
-            ("op".into(), Avro::String("c".into())),
-            ("ts_ms".into(), Avro::Union(1, Box::new(Avro::Long(ms)))),
-        ]);
-        records.push(RawRecord {
-            partition: (i % 2) as i32,
-            key: Some(format!(r#"{{"id":{i}}}"#).into_bytes()),
-            value: Some(framed(
-                id,
-                &apache_avro::to_avro_datum(&schema, envelope).unwrap(),
-            )),
-            ..Default::default()
+        // Connect's decimals are big-endian two's-complement bytes, as the converter writes.
+        let bytes = |v: i32| crate::helpers::base64_of(&v.to_be_bytes());
+        let after = serde_json::json!({
+            "id": i, "ts": ms, "mts": us, "nts": ns,
+            "zts": format!("2024-01-02T03:04:{i:02}.5+02:00"), "d": 19675 + i,
+            "t": 3_600_000 + i * 1000, "mt": 3_600_000_000 + i, "nt": 7_200_000_000_000 + i * 1000,
+            "js": format!(r#"{{"a":{i}}}"#), "u": format!("00000000-0000-0000-0000-{i:012}"),
+            "vsd": {"scale": 3, "value": {"$bytes": bytes((i * 1000 + 7) as i32)}},
+            "dec": {"$bytes": bytes((i * 100 + 5) as i32)},
         });
+        let envelope = serde_json::json!({"before": null, "after": after, "op": "c", "ts_ms": ms});
+        records.push(
+            serde_json::json!({"key": format!(r#"{{"id":{i}}}"#), "value": envelope,
+                                        "partition": i % 2}),
+        );
         let stamp = |t: chrono::DateTime<chrono::Utc>| {
             trimmed(t.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string())
         };
@@ -641,7 +597,13 @@ async fn debezium_avro_logical_types_create_their_columns() {
             Some(format!("{i}.05")),
         ]);
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Avro(DEBEZIUM_AVRO),
+        Some(&Serde::String),
+        &records,
+    )
+    .await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "changes");
     config.topic_settings =
         "format = \"debezium\"\nencoding = \"avro\"\nkey = [\"id\"]\nauto_create = true".into();
