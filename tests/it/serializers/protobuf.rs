@@ -373,6 +373,17 @@ async fn python_protobuf_serializer_records_land_with_every_type_and_check_passe
         out.stdout,
         out.stderr
     );
+    // `--plan` compiles the same descriptor (and its reference) for the table it would create.
+    let plan = ConfigFile::new(&auto.toml());
+    let out = run_cli(&["check", "--plan", "--config", plan.arg()]).await;
+    assert!(
+        out.status.success()
+            && out.stdout.contains("CREATE TABLE")
+            && out.stdout.contains("\"price\" jsonb"),
+        "check --plan on the serializer's topic: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
     tokio::join!(drain(&db, &hand, &topic), drain(&db, &auto, &topic));
     let expected = expected_rows(&db, COLS, &produced).await;
     assert_both_tables(&db, COLS, "hand", "auto", &expected).await;
