@@ -954,4 +954,33 @@ message Row {
             ]
         );
     }
+
+    /// A `DoubleValue`/`FloatValue` holding NaN or an infinity is written as proto3's JSON writes
+    /// the wrapped value ("NaN"), as confluent-kafka's serializer sends it, not as prost-reflect's
+    /// null (which landed NULL). A record only prost-reflect reads is refused instead.
+    #[test]
+    fn a_wrapped_nan_or_infinity_keeps_its_value_or_the_record_is_refused() {
+        let t = ProtobufTranscoder::new(EXTRA).unwrap();
+        // w_double (11) = DoubleValue { value: NaN }, w_float (12) = FloatValue { value: -inf }.
+        let double = [0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f];
+        let float = [0x0d, 0, 0, 0x80, 0xff];
+        let wrappers = [
+            &[11 << 3 | 2, double.len() as u8][..],
+            &double,
+            &[12 << 3 | 2, float.len() as u8],
+            &float,
+        ]
+        .concat();
+        let payload = [&[0u8][..], &wrappers].concat();
+        let mut out = String::new();
+        t.to_json(&payload, &mut out).unwrap();
+        assert!(out.contains(r#""w_double":"NaN""#), "{out}");
+        assert!(out.contains(r#""w_float":"-Infinity""#), "{out}");
+        // A message field twice is merged by prost-reflect only: the record falls back.
+        let leaf = |bytes: &[u8]| [&[0x42, bytes.len() as u8][..], bytes].concat();
+        let twice = [leaf(&[0x0a, 1, b'a']), leaf(&[0x12, 1, 2])].concat();
+        let payload = [&[0u8][..], &twice, &wrappers].concat();
+        let err = t.to_json(&payload, &mut String::new()).unwrap_err();
+        assert!(err.contains("w_double wraps NaN"), "{err}");
+    }
 }
