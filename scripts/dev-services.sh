@@ -20,7 +20,8 @@
 #     KPS_CONNECT_JSON_CP, the classpath to run `java -cp "$KPS_CONNECT_JSON_CP" ConnectJson`).
 #   - `up` also installs Debian's prometheus package (prometheus, promtool) when missing,
 #     for the alert tests (it starts no Prometheus), and scripts/ops-tools.sh's helm and
-#     kubernetes-validate for deploy/check.sh.
+#     kubernetes-validate for deploy/check.sh, and scripts/serializers.sh's venv with
+#     confluent-kafka's Python serializers (the registry-format tests produce with them).
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
 #   up [kafka|postgres|registry]
@@ -969,6 +970,13 @@ ops_tools_install() {
     "$SCRIPT_DIR/ops-tools.sh" || log "WARNING: scripts/ops-tools.sh failed: the deploy:: tests will fail"
 }
 
+# confluent-kafka's Python serializers (PyPI, pinned) in a venv under ~/.cache: the tests
+# that prove the registry formats produce with them. Not fatal: without them only those
+# tests fail, saying how to get them.
+serializers_install() {
+    "$SCRIPT_DIR/serializers.sh" || log "WARNING: scripts/serializers.sh failed: the registry-format tests will fail"
+}
+
 cmd_up() {
     case ${1:-} in
     kafka) kafka_start ;;
@@ -984,6 +992,7 @@ cmd_up() {
         kafka_wait_ready
         registry_wait_ready
         ops_tools_install
+        serializers_install
         ;;
     *) usage ;;
     esac
@@ -1029,6 +1038,7 @@ cmd_env() {
     printf 'export KPS_KAFKA_SASL_PASSWORD=%s\n' "$KAFKA_SASL_PASSWORD"
     printf 'export SCHEMA_REGISTRY_URL=%s\n' "$(registry_url)"
     printf 'export KPS_CONNECT_JSON_CP=%q\n' "$CONNECT_JSON_CLASSES:$CONNECT_JSON_LIBS/*"
+    "$SCRIPT_DIR/serializers.sh" env
 }
 
 cmd_status() {

@@ -1,32 +1,71 @@
 //! Registered `.proto` schemas, shared by the mapping (which transcodes records) and `ddl`
 //! (which creates columns from a record's message): compiling the registry's text, with the
-//! well-known types, and Confluent's message-index array, which names the message a record is.
+//! well-known types and the schemas it references, and Confluent's message-index array, which
+//! names the message a record is.
+//!
+//! A schema is registered in one of two forms, and the registry hands it back as it came:
+//! `.proto` source (Java's serializer, hand registrations) or the base64 of a serialized
+//! `FileDescriptorProto` (confluent-kafka's Python, Go and .NET serializers). Both are taken,
+//! for the schema and for each file it imports.
 
+use base64::Engine as _;
 use prost_reflect::{FileDescriptor, MessageDescriptor};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
-/// The name the registered schema is compiled under (the registry gives it none).
+use crate::registry::{Import, RegisteredSchema};
+
+/// The name a `.proto` source schema is compiled under (the registry gives it none).
 const SCHEMA_FILE: &str = "registered.proto";
 
 /// The deepest message-index array taken: one level per nesting of message declarations, so
 /// a longer array is a corrupt payload, not a schema (and the array stays on the stack).
 pub(crate) const MAX_INDEXES: usize = 32;
 
-/// Compiles the registered `.proto` text; its errors say where in the text it is wrong.
+/// Compiles a registered schema that imports nothing but the well-known types.
+#[cfg(test)]
 pub(crate) fn compile(proto_source: &str) -> Result<FileDescriptor, String> {
+    compile_with(proto_source, &[])
+}
+
+/// Compiles a registered schema with the schemas its references brought.
+pub(crate) fn compile_registered(schema: &RegisteredSchema) -> Result<FileDescriptor, String> {
+    compile_with(&schema.text, &schema.imports)
+}
+
+/// Compiles `text` (either form), its imports resolved from `imports` (either form) and the
+/// well-known types; errors in `.proto` source say where in the text it is wrong.
+fn compile_with(text: &str, imports: &[Import]) -> Result<FileDescriptor, String> {
+    let main = match descriptor_bytes(text) {
+        Some(bytes) => {
+            let file = File::decode_file_descriptor_proto(bytes.as_slice()).map_err(|e| {
+                format!("the schema is base64 but not a serialized FileDescriptorProto: {e}")
+            })?;
+            // A descriptor without a name is compiled under the name source would be.
+            let name = Some(file.name())
+                .filter(|n| !n.is_empty())
+                .unwrap_or(SCHEMA_FILE);
+            Form::Descriptor(name.to_owned(), bytes)
+        }
+        None => Form::Source(SCHEMA_FILE.to_owned(), text.to_owned()),
+    };
+    let name = main.name().to_owned();
+    let mut files = vec![main];
+    for import in imports {
+        files.push(match descriptor_bytes(&import.text) {
+            Some(bytes) => Form::Descriptor(import.name.clone(), bytes),
+            None => Form::Source(import.name.clone(), import.text.clone()),
+        });
+    }
     let mut resolver = ChainFileResolver::new();
-    resolver.add(Registered(proto_source.to_owned()));
+    resolver.add(Registered(files));
     resolver.add(GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.open_file(SCHEMA_FILE).map_err(|e| {
-        format!(
-            "the .proto schema does not compile: {}",
-            describe(&e, proto_source)
-        )
-    })?;
+    compiler
+        .open_file(&name)
+        .map_err(|e| format!("the .proto schema does not compile: {}", describe(&e, text)))?;
     let file = compiler
         .descriptor_pool()
-        .get_file_by_name(SCHEMA_FILE)
+        .get_file_by_name(&name)
         .ok_or("the .proto schema compiled to no file")?;
     if file.messages().len() == 0 {
         return Err("the .proto schema declares no message".into());
@@ -150,16 +189,153 @@ fn describe(e: &protox::Error, source: &str) -> String {
     }
 }
 
-/// The registered schema as the one source file the compiler reads; every other name goes on
-/// down the chain (the well-known types) or is not found.
-struct Registered(String);
+/// The bytes of a schema registered as base64 of a `FileDescriptorProto` (line breaks
+/// allowed, as some clients wrap it), or `None` for `.proto` source, which always holds a `;`
+/// or `{` that base64 never does.
+fn descriptor_bytes(text: &str) -> Option<Vec<u8>> {
+    let compact: String = text.split_ascii_whitespace().collect();
+    let base64_only = !compact.is_empty()
+        && compact
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if !base64_only {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .ok()
+}
+
+/// One file the compiler may read, in the form it was registered in, under the name it is
+/// compiled (the schema) or imported (a reference) by.
+enum Form {
+    Source(String, String),
+    Descriptor(String, Vec<u8>),
+}
+
+impl Form {
+    fn name(&self) -> &str {
+        match self {
+            Form::Source(name, _) | Form::Descriptor(name, _) => name,
+        }
+    }
+}
+
+/// The registered schema and its references as the files the compiler reads; every other
+/// name goes on down the chain (the well-known types) or is not found.
+struct Registered(Vec<Form>);
 
 impl FileResolver for Registered {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == SCHEMA_FILE {
-            File::from_source(name, &self.0)
-        } else {
-            Err(protox::Error::file_not_found(name))
+        match self.0.iter().find(|f| f.name() == name) {
+            Some(Form::Source(name, text)) => File::from_source(name, text),
+            Some(Form::Descriptor(name, bytes)) => {
+                let mut file = File::decode_file_descriptor_proto(bytes.as_slice())
+                    .map_err(|e| protox::Error::new(format!("{name}: {e}")))?;
+                // A reference is imported by its name, whatever name its producer gave it.
+                if file.name() != name {
+                    let mut descriptor = file.file_descriptor_proto().clone();
+                    descriptor.name = Some(name.clone());
+                    file = File::from_file_descriptor_proto(descriptor);
+                }
+                Ok(file)
+            }
+            None => Err(protox::Error::file_not_found(name)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::SchemaKind;
+    use prost_reflect::prost::Message as _;
+
+    const MONEY: &str =
+        "syntax = \"proto3\"; package kps.common; message Money { string currency = 1; int64 units = 2; }";
+    const ORDER: &str = "syntax = \"proto3\"; package kps; import \"google/protobuf/timestamp.proto\"; \
+        import \"common/money.proto\"; message Order { int64 id = 1; google.protobuf.Timestamp at = 2; \
+        kps.common.Money price = 3; }";
+
+    /// `source` as a non-Java serializer registers it: base64 of its `FileDescriptorProto`.
+    fn descriptor_base64(name: &str, source: &str, imports: &[(&str, &str)]) -> String {
+        let mut files = vec![Form::Source(name.into(), source.into())];
+        files.extend(
+            imports
+                .iter()
+                .map(|(n, s)| Form::Source(n.to_string(), s.to_string())),
+        );
+        let mut resolver = ChainFileResolver::new();
+        resolver.add(Registered(files));
+        resolver.add(GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.open_file(name).unwrap();
+        let file = compiler.descriptor_pool().get_file_by_name(name).unwrap();
+        base64::engine::general_purpose::STANDARD
+            .encode(file.file_descriptor_proto().encode_to_vec())
+    }
+
+    fn fields(file: &FileDescriptor) -> Vec<String> {
+        let order = resolve(file, &[0]).unwrap();
+        order
+            .fields()
+            .map(|f| format!("{} {:?}", f.name(), f.kind()))
+            .collect()
+    }
+
+    #[test]
+    fn a_schema_and_its_imports_compile_from_text_or_base64_descriptors_alike() {
+        let money_b64 = descriptor_base64("common/money.proto", MONEY, &[]);
+        let order_b64 = descriptor_base64("main.proto", ORDER, &[("common/money.proto", MONEY)]);
+        let expected = fields(
+            &compile_registered(&RegisteredSchema {
+                kind: SchemaKind::Protobuf,
+                text: ORDER.into(),
+                imports: vec![Import {
+                    name: "common/money.proto".into(),
+                    text: MONEY.into(),
+                }],
+            })
+            .unwrap(),
+        );
+        assert_eq!(expected.len(), 3, "{expected:?}");
+        // Wrapped at 76 columns, as some clients send base64.
+        let wrapped = order_b64
+            .as_bytes()
+            .chunks(76)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (text, import) in [
+            (&wrapped, &money_b64),
+            (&order_b64, &money_b64),
+            (&order_b64, &MONEY.to_string()),
+            (&ORDER.to_string(), &money_b64),
+        ] {
+            let schema = RegisteredSchema {
+                kind: SchemaKind::Protobuf,
+                text: text.clone(),
+                imports: vec![Import {
+                    name: "common/money.proto".into(),
+                    text: import.clone(),
+                }],
+            };
+            assert_eq!(fields(&compile_registered(&schema).unwrap()), expected);
+        }
+        // Without the reference's schema the import is named as missing.
+        let err = compile(&order_b64).unwrap_err();
+        assert!(err.contains("common/money.proto"), "{err}");
+    }
+
+    #[test]
+    fn base64_that_is_no_descriptor_is_refused_saying_so() {
+        let err = compile("AAAA").unwrap_err();
+        assert!(
+            err.contains("not a serialized FileDescriptorProto"),
+            "{err}"
+        );
+        // Text is still text: its errors point into it.
+        let err = compile("syntax = \"proto3\";\nmessage {").unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
     }
 }

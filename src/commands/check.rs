@@ -382,6 +382,9 @@ async fn check_mapping(
             }
             let mut warnings = Vec::new();
             let mut notes = Vec::new();
+            // Time columns fed by a registered value schema's field: warned about once the
+            // schema says whether an integer without a unit can reach them.
+            let mut ask_schema = Vec::new();
             for (i, (col, source)) in mapper.describe().enumerate() {
                 let constraint = match (col.not_null, col.has_default) {
                     (_, true) => "default when absent",
@@ -406,7 +409,10 @@ async fn check_mapping(
                     source.describe()
                 );
                 if mapper.guesses_time_unit(i) {
-                    warnings.push(unstated_unit_warning(topic, col));
+                    match mapper.value_schema_field(i) {
+                        Some(field) => ask_schema.push((col.clone(), field.to_string())),
+                        None => warnings.push(unstated_unit_warning(topic, col)),
+                    }
                 }
                 if mapper.may_store_json_text_as_string(i) {
                     notes.push(json_text_note(topic, col));
@@ -421,10 +427,26 @@ async fn check_mapping(
             for skipped in &mapper.table().skipped {
                 let _ = writeln!(out, "  {skipped:<24} (generated: never written)");
             }
+            let mut value_types = None;
             if mapper.table().oid == crate::ddl::MISSING_OID {
                 let _ = writeln!(out, "  table does not exist yet: auto_create creates it from the first record's schema");
             } else if let Some(registry) = registry {
-                check_schemas(settings, topic, name, &mut mapper, registry, out, problems).await;
+                value_types =
+                    check_schemas(settings, topic, name, &mut mapper, registry, out, problems)
+                        .await;
+            }
+            for (col, field) in ask_schema {
+                // A field the schema lacks leaves the column NULL; an unknown schema may hold
+                // anything, so it is warned about as before.
+                let told = value_types.as_ref().is_some_and(|types| {
+                    types
+                        .iter()
+                        .find(|t| t.name == field)
+                        .is_none_or(|t| !t.shapes.may_be_number())
+                });
+                if !told {
+                    let _ = writeln!(out, "  warning: {}", unstated_unit_warning(topic, &col));
+                }
             }
             Some(mapper)
         }

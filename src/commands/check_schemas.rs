@@ -4,13 +4,14 @@
 use std::fmt::Write as _;
 
 use crate::config::{spelled, Settings, SubjectPart, TopicSettings};
-use crate::mapping::{Fit, TopicMapper};
+use crate::mapping::{FieldType, Fit, TopicMapper};
 use crate::registry::{RegisteredSchema, RegistryClient, RegistryError};
 
 /// A registry topic's latest key and value schemas: found under the topic's subjects, of the
 /// kind the topic reads, compilable, and (for the value) held against the table: a required
 /// column the schema cannot fill is a problem, a column it leaves empty a warning, a field no
-/// column takes a note (such fields are ignored, as for JSON).
+/// column takes a note (such fields are ignored, as for JSON). Returns the value schema's
+/// field types, when it was found and compiled, for what else `check` judges by them.
 pub(super) async fn check_schemas(
     settings: &Settings,
     topic: &TopicSettings,
@@ -19,14 +20,12 @@ pub(super) async fn check_schemas(
     registry: &RegistryClient,
     out: &mut String,
     problems: &mut Vec<String>,
-) {
-    let Some(strategy) = settings
+) -> Option<Vec<FieldType>> {
+    let strategy = settings
         .schema_registry
         .as_ref()
-        .map(|r| r.subject_strategy)
-    else {
-        return;
-    };
+        .map(|r| r.subject_strategy)?;
+    let mut value_types = None;
     let (value_kind, key_kind) = mapper.registry_kinds();
     for (part, kind) in [
         (SubjectPart::Value, value_kind),
@@ -98,13 +97,14 @@ pub(super) async fn check_schemas(
                 let _ = writeln!(out, "  field {field:?}: no column takes it (ignored)");
             }
         }
-        check_field_types(name, id, &subject, &schema, mapper, out, problems);
+        value_types = check_field_types(name, id, &subject, &schema, mapper, out, problems);
     }
+    value_types
 }
 
 /// Each field's schema type against the column taking it: a type no value of which converts
 /// into the column is a problem (every record would fail there); one that allows null into a
-/// NOT NULL column a warning (only its null records fail).
+/// NOT NULL column a warning (only its null records fail). Returns the field types.
 fn check_field_types(
     name: &str,
     id: u32,
@@ -113,11 +113,9 @@ fn check_field_types(
     mapper: &TopicMapper,
     out: &mut String,
     problems: &mut Vec<String>,
-) {
+) -> Option<Vec<FieldType>> {
     // The schema compiled and its fields were listed, so an error here was reported already.
-    let Ok(types) = mapper.schema_field_types(schema) else {
-        return;
-    };
+    let types = mapper.schema_field_types(schema).ok()?;
     for (col, field) in mapper.columns_by_whole_field() {
         let Some(ty) = types.iter().find(|t| t.name == field) else {
             continue;
@@ -137,4 +135,5 @@ fn check_field_types(
             }
         }
     }
+    Some(types)
 }

@@ -14,7 +14,7 @@ use super::types::{
 };
 use super::CheckError;
 use crate::config::{Encoding, RecordFormat, TopicSettings};
-use crate::proto::{compile, message_index_len, record_message};
+use crate::proto::{compile_registered, message_index_len, record_message};
 use crate::registry::{RegisteredSchema, RegistryError, SchemaKind};
 
 /// The message-index array that names a schema's first message (a count of 0), as `check
@@ -222,7 +222,7 @@ pub(super) fn shape_of_schema(
             ))
         }
         SchemaKind::Protobuf => {
-            protobuf_fields(&record_message(&compile(&schema.text)?, indexes)?)
+            protobuf_fields(&record_message(&compile_registered(schema)?, indexes)?)
         }
         SchemaKind::Json => {
             let root: Value = serde_json::from_str(&schema.text)
@@ -244,7 +244,7 @@ pub(super) fn key_fields(schema: &RegisteredSchema, indexes: &[u8]) -> Option<Ve
                 .flatten()
         }
         SchemaKind::Protobuf => {
-            let file = compile(&schema.text).ok()?;
+            let file = compile_registered(schema).ok()?;
             Some(protobuf_fields(&record_message(&file, indexes).ok()?))
         }
         SchemaKind::Json => {

@@ -172,6 +172,7 @@ fn a_debezium_avro_envelope_gives_the_after_records_columns() {
             {"name":"after","type":["null","Value"]},
             {"name":"op","type":"string"}]}"#
             .into(),
+        imports: Vec::new(),
     };
     let shape = record::shape_of_schema(&envelope, record::FIRST_MESSAGE, true).unwrap();
     let cols: Vec<(&str, &str, bool)> = shape
@@ -198,6 +199,7 @@ fn a_protobuf_record_creates_the_columns_of_the_message_it_names() {
         Ok(RegisteredSchema {
             kind: crate::registry::SchemaKind::Protobuf,
             text: "syntax = \"proto3\"; message A { int64 a = 1; } message B { string b = 1; optional int32 c = 2; }".into(),
+            imports: Vec::new(),
         })
     };
     let table = missing_table(&settings, "t");
@@ -237,6 +239,7 @@ fn a_schema_of_another_kind_is_the_records_error() {
         Ok(RegisteredSchema {
             kind: crate::registry::SchemaKind::Avro,
             text: r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#.into(),
+            imports: Vec::new(),
         })
     };
     let err = ev
@@ -275,6 +278,7 @@ fn a_registry_record_whose_schema_gives_no_columns_is_the_records_error() {
             Ok(RegisteredSchema {
                 kind,
                 text: text.clone(),
+                imports: Vec::new(),
             })
         }
     };
@@ -371,6 +375,7 @@ fn a_protobuf_schema_is_read_once_per_id_and_message() {
             kind: crate::registry::SchemaKind::Protobuf,
             text: "syntax = \"proto3\"; message A { int64 a = 1; } message B { int64 a = 1; }"
                 .into(),
+            imports: Vec::new(),
         })
     };
     let mut table = missing_table(&settings, "t");

@@ -470,6 +470,18 @@ impl TopicMapper {
             )
     }
 
+    /// For `check`'s warning: the top-level field of a registered value schema column `i`
+    /// takes whole, if it does. Such a column sees a bare integer only when that field's type
+    /// is one; a logical time type (Avro `timestamp-micros`, Debezium `MicroTimestamp`, ...)
+    /// states its unit, so `check` asks the schema before warning.
+    pub(crate) fn value_schema_field(&self, i: usize) -> Option<&str> {
+        schema_kind(self.value_encoding)?;
+        match &self.sources[i] {
+            Source::Doc(path) if path.len() == 1 => Some(path[0].as_str()),
+            _ => None,
+        }
+    }
+
     /// Whether the caller must collect the record's headers: a column maps them, or a record
     /// may become a dead letter, which keeps the whole record.
     pub fn needs_headers(&self) -> bool {

@@ -68,9 +68,19 @@ fn serialize_options() -> SerializeOptions {
 }
 
 impl ProtobufTranscoder {
-    /// Compiles the registered `.proto` text; its errors say where in the text it is wrong.
+    /// Compiles `.proto` text that imports only the well-known types; its errors say where in
+    /// the text it is wrong.
+    #[cfg(test)]
     pub(crate) fn new(proto_source: &str) -> Result<Self, String> {
-        let file = proto::compile(proto_source)?;
+        Self::with_file(proto::compile(proto_source)?)
+    }
+
+    /// Compiles a registered schema, in either form, with the schemas it references.
+    pub(crate) fn registered(schema: &crate::registry::RegisteredSchema) -> Result<Self, String> {
+        Self::with_file(proto::compile_registered(schema)?)
+    }
+
+    fn with_file(file: prost_reflect::FileDescriptor) -> Result<Self, String> {
         Ok(Self {
             file,
             resolved: RwLock::new(HashMap::new()),
@@ -187,13 +197,59 @@ impl ProtobufTranscoder {
                 if let Some(spans) = spans {
                     spans.truncate(spans_from);
                 }
-                self.by_value(&found.desc, body, out)
+                self.fallback(&found.desc, body, out)
             }
         }
     }
 }
 
+/// The path of the first `DoubleValue`/`FloatValue` in `message` that holds NaN or an
+/// infinity, if any (prost-reflect's decoding already bounds the depth).
+fn non_finite_wrapper(message: &DynamicMessage) -> Option<String> {
+    use prost_reflect::Value as V;
+    fn in_value(value: &V, path: &str) -> Option<String> {
+        match value {
+            V::Message(m) => match prost_reflect::ReflectMessage::descriptor(m).full_name() {
+                "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
+                    let finite = match m.get_field_by_name("value").as_deref() {
+                        Some(V::F64(f)) => f.is_finite(),
+                        Some(V::F32(f)) => f.is_finite(),
+                        _ => true,
+                    };
+                    (!finite).then(|| path.to_string())
+                }
+                _ => non_finite_wrapper(m).map(|inner| format!("{path}.{inner}")),
+            },
+            V::List(items) => items.iter().find_map(|v| in_value(v, path)),
+            V::Map(entries) => entries.values().find_map(|v| in_value(v, path)),
+            _ => None,
+        }
+    }
+    message
+        .fields()
+        .find_map(|(field, value)| in_value(value, field.name()))
+}
+
 impl ProtobufTranscoder {
+    /// A record the direct reader leaves to prost-reflect, which writes a `DoubleValue` or
+    /// `FloatValue` holding NaN or an infinity as null: such a record is refused rather
+    /// than landed with the value lost.
+    fn fallback(
+        &self,
+        desc: &MessageDescriptor,
+        body: &[u8],
+        out: &mut String,
+    ) -> Result<(), String> {
+        if let Ok(message) = DynamicMessage::decode(desc.clone(), body) {
+            if let Some(path) = non_finite_wrapper(&message) {
+                return Err(format!(
+                    "{path} wraps NaN or an infinity in a record only prost-reflect reads, which would write it as null"
+                ));
+            }
+        }
+        self.by_value(desc, body, out)
+    }
+
     /// The record as prost-reflect decodes it into a `DynamicMessage` and serializes it: the
     /// reference the direct reader was written to equal, and where it falls back.
     fn by_value(
@@ -897,5 +953,34 @@ message Row {
                 None, // the oneof's other member: absent, so NULL
             ]
         );
+    }
+
+    /// A `DoubleValue`/`FloatValue` holding NaN or an infinity is written as proto3's JSON writes
+    /// the wrapped value ("NaN"), as confluent-kafka's serializer sends it, not as prost-reflect's
+    /// null (which landed NULL). A record only prost-reflect reads is refused instead.
+    #[test]
+    fn a_wrapped_nan_or_infinity_keeps_its_value_or_the_record_is_refused() {
+        let t = ProtobufTranscoder::new(EXTRA).unwrap();
+        // w_double (11) = DoubleValue { value: NaN }, w_float (12) = FloatValue { value: -inf }.
+        let double = [0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f];
+        let float = [0x0d, 0, 0, 0x80, 0xff];
+        let wrappers = [
+            &[11 << 3 | 2, double.len() as u8][..],
+            &double,
+            &[12 << 3 | 2, float.len() as u8],
+            &float,
+        ]
+        .concat();
+        let payload = [&[0u8][..], &wrappers].concat();
+        let mut out = String::new();
+        t.to_json(&payload, &mut out).unwrap();
+        assert!(out.contains(r#""w_double":"NaN""#), "{out}");
+        assert!(out.contains(r#""w_float":"-Infinity""#), "{out}");
+        // A message field twice is merged by prost-reflect only: the record falls back.
+        let leaf = |bytes: &[u8]| [&[0x42, bytes.len() as u8][..], bytes].concat();
+        let twice = [leaf(&[0x0a, 1, b'a']), leaf(&[0x12, 1, 2])].concat();
+        let payload = [&[0u8][..], &twice, &wrappers].concat();
+        let err = t.to_json(&payload, &mut String::new()).unwrap_err();
+        assert!(err.contains("w_double wraps NaN"), "{err}");
     }
 }

@@ -23,7 +23,7 @@ pub(crate) fn row_fields(schema: &RegisteredSchema, debezium: bool) -> Result<Ve
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default())
         }
-        SchemaKind::Protobuf => ProtobufTranscoder::new(&schema.text)?.row_fields(debezium),
+        SchemaKind::Protobuf => ProtobufTranscoder::registered(schema)?.row_fields(debezium),
     }
 }
 
@@ -123,6 +123,7 @@ mod tests {
         RegisteredSchema {
             kind,
             text: text.into(),
+            imports: Vec::new(),
         }
     }
 

@@ -76,7 +76,7 @@ pub(crate) fn split_header(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
 pub(crate) fn build(schema: &RegisteredSchema) -> Result<Arc<dyn Transcoder>, String> {
     Ok(match schema.kind {
         SchemaKind::Avro => Arc::new(super::avro::AvroTranscoder::new(&schema.text)?),
-        SchemaKind::Protobuf => Arc::new(super::protobuf::ProtobufTranscoder::new(&schema.text)?),
+        SchemaKind::Protobuf => Arc::new(super::protobuf::ProtobufTranscoder::registered(schema)?),
         SchemaKind::Json => Arc::new(super::json_schema::JsonSchemaTranscoder::new(&schema.text)?),
     })
 }

@@ -1192,6 +1192,7 @@ fn a_schema_of_the_wrong_kind_and_a_record_without_the_header_are_dead_letters()
         .push_back(Ok(Arc::new(RegisteredSchema {
             kind: SchemaKind::Protobuf,
             text: "syntax = \"proto3\";".into(),
+            imports: Vec::new(),
         })));
     h.deliver_bytes(0, 0, &[0, 0, 0, 0, 7, 0]);
     h.deliver_bytes(0, 1, br#"{"id": 1}"#);
@@ -1222,6 +1223,7 @@ fn a_schema_that_does_not_compile_is_a_dead_letter() {
         .push_back(Ok(Arc::new(RegisteredSchema {
             kind: SchemaKind::Avro,
             text: r#"{"type": "record", "name": "R", "fields": [{"name": "id"}]}"#.into(),
+            imports: Vec::new(),
         })));
     h.deliver_bytes(0, 0, &[0, 0, 0, 0, 9, 2]);
     h.answer_all();

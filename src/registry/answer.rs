@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{RegisteredSchema, SchemaKind};
+use super::{Reference, RegisteredSchema, SchemaKind};
 
 /// The registry's error codes that mean the subject, version or schema does not exist. Apicurio
 /// answers `latest` of an unknown subject with `40402` where Confluent says `40401`.
@@ -27,7 +27,14 @@ struct SchemaBody {
     schema_type: Option<String>,
     /// Only in subject-version answers.
     id: Option<u32>,
+    /// The schemas this one names (a `.proto`'s imports), fetched by the client.
+    #[serde(default)]
+    references: Vec<Reference>,
 }
+
+/// A schema as one answer carries it: its id (in subject-version answers), the schema, and
+/// the references still to fetch.
+pub(super) type Fetched = (Option<u32>, RegisteredSchema, Vec<Reference>);
 
 /// The error body both Confluent and Apicurio send.
 #[derive(Deserialize)]
@@ -38,20 +45,14 @@ struct ErrorBody {
 
 /// Reads an answer of status `status` and body `body` as a schema (and its id, when the body
 /// carries one). `had_credentials` phrases a 401/403 for whoever has to fix it.
-pub(super) fn read(
-    status: u16,
-    body: &[u8],
-    had_credentials: bool,
-) -> Answer<(Option<u32>, RegisteredSchema)> {
+pub(super) fn read(status: u16, body: &[u8], had_credentials: bool) -> Answer<Fetched> {
     match status {
         200 => match serde_json::from_slice::<SchemaBody>(body) {
             Ok(b) => match kind(b.schema_type.as_deref()) {
                 Some(kind) => Answer::Found((
                     b.id,
-                    RegisteredSchema {
-                        kind,
-                        text: b.schema,
-                    },
+                    RegisteredSchema::new(kind, b.schema),
+                    b.references,
                 )),
                 None => Answer::Failed(format!(
                     "answered with schemaType {:?}, which the sink does not read",
@@ -116,14 +117,8 @@ fn shorten(message: &str) -> String {
 mod tests {
     use super::*;
 
-    fn found(kind: SchemaKind, text: &str) -> Answer<(Option<u32>, RegisteredSchema)> {
-        Answer::Found((
-            None,
-            RegisteredSchema {
-                kind,
-                text: text.into(),
-            },
-        ))
+    fn found(kind: SchemaKind, text: &str) -> Answer<Fetched> {
+        Answer::Found((None, RegisteredSchema::new(kind, text), Vec::new()))
     }
 
     #[test]
@@ -145,10 +140,22 @@ mod tests {
             read(200, body, false),
             Answer::Found((
                 Some(7),
-                RegisteredSchema {
-                    kind: SchemaKind::Avro,
-                    text: "{}".into()
-                }
+                RegisteredSchema::new(SchemaKind::Avro, "{}"),
+                Vec::new()
+            ))
+        );
+        // A Protobuf schema that imports another lists it; the client fetches it.
+        let body = br#"{"schema":"CgFh","schemaType":"PROTOBUF","references":[{"name":"common/money.proto","subject":"common/money.proto","version":1}]}"#;
+        assert_eq!(
+            read(200, body, false),
+            Answer::Found((
+                None,
+                RegisteredSchema::new(SchemaKind::Protobuf, "CgFh"),
+                vec![Reference {
+                    name: "common/money.proto".into(),
+                    subject: "common/money.proto".into(),
+                    version: 1
+                }]
             ))
         );
         let body = br#"{"schema":"<x/>","schemaType":"XML"}"#;

@@ -52,10 +52,7 @@ mod tests {
     use crate::registry::SchemaKind;
 
     fn schema(text: &str) -> RegisteredSchema {
-        RegisteredSchema {
-            kind: SchemaKind::Avro,
-            text: text.into(),
-        }
+        RegisteredSchema::new(SchemaKind::Avro, text)
     }
 
     #[tokio::test]

@@ -8,10 +8,14 @@ use std::time::Duration;
 use reqwest::header::ACCEPT;
 use secrecy::{ExposeSecret, SecretString};
 
-use super::answer::{self, Answer};
+use super::answer::{self, Answer, Fetched};
 use super::cache::SchemaCache;
-use super::{tls, RegisteredSchema, RegistryError};
+use super::{tls, Import, Reference, RegisteredSchema, RegistryError};
 use crate::config::{ConfigError, RegistrySettings};
+
+/// The most schemas one schema may pull in through its references, transitively: a bound on
+/// what a reference cycle (or a runaway registry) could make the client fetch.
+const MAX_IMPORTS: usize = 256;
 
 /// What the registry API answers in (Confluent's media type first, plain JSON as fallback).
 const MEDIA_TYPES: &str = "application/vnd.schemaregistry.v1+json, application/json";
@@ -114,10 +118,10 @@ impl RegistryClient {
         self.cache
             .get_or_fetch(id, || async move {
                 let id_text = id.to_string();
-                let (_, schema) = self
+                let (_, schema, references) = self
                     .get(&format!("id {id}"), &["schemas", "ids", &id_text])
                     .await?;
-                Ok(schema)
+                self.with_imports(schema, references).await
             })
             .await
     }
@@ -131,9 +135,10 @@ impl RegistryClient {
         subject: &str,
     ) -> Result<(u32, Arc<RegisteredSchema>), RegistryError> {
         let what = format!("subject {subject:?}");
-        let (id, schema) = self
+        let (id, schema, references) = self
             .get(&what, &["subjects", subject, "versions", "latest"])
             .await?;
+        let schema = self.with_imports(schema, references).await?;
         let id = id.ok_or_else(|| {
             RegistryError::Unavailable(format!(
                 "the registry's answer for {what} carries no schema id"
@@ -151,6 +156,44 @@ impl RegistryClient {
         Ok((id, schema))
     }
 
+    /// `schema` with the schemas its `references` name, and theirs in turn, each fetched by
+    /// subject and version once per name (the first one met wins, as in an import path). A
+    /// reference the registry does not have makes the schema unusable: `NotFound`.
+    async fn with_imports(
+        &self,
+        mut schema: RegisteredSchema,
+        references: Vec<Reference>,
+    ) -> Result<RegisteredSchema, RegistryError> {
+        let mut pending = std::collections::VecDeque::from(references);
+        while let Some(reference) = pending.pop_front() {
+            if schema.imports.iter().any(|i| i.name == reference.name) {
+                continue;
+            }
+            if schema.imports.len() == MAX_IMPORTS {
+                return Err(RegistryError::NotFound(format!(
+                    "a schema whose references name more than {MAX_IMPORTS} schemas"
+                )));
+            }
+            let version = reference.version.to_string();
+            let what = format!(
+                "reference {:?} (subject {:?} version {version})",
+                reference.name, reference.subject
+            );
+            let (_, imported, more) = self
+                .get(
+                    &what,
+                    &["subjects", &reference.subject, "versions", &version],
+                )
+                .await?;
+            schema.imports.push(Import {
+                name: reference.name,
+                text: imported.text,
+            });
+            pending.extend(more);
+        }
+        Ok(schema)
+    }
+
     /// HTTP requests sent so far, every URL tried counted: what "no request per record" is
     /// measured by.
     pub fn requests(&self) -> u64 {
@@ -159,11 +202,7 @@ impl RegistryClient {
 
     /// GETs `path` under each URL in turn, from the preferred one, until one answers with the
     /// schema or with "not found". `what` names the thing asked for, in errors.
-    async fn get(
-        &self,
-        what: &str,
-        path: &[&str],
-    ) -> Result<(Option<u32>, RegisteredSchema), RegistryError> {
+    async fn get(&self, what: &str, path: &[&str]) -> Result<Fetched, RegistryError> {
         let start = self.preferred.load(Ordering::Relaxed);
         let mut failures = Vec::new();
         for i in 0..self.urls.len() {
@@ -193,7 +232,7 @@ impl RegistryClient {
 
     /// One request to one URL, read into an [`Answer`]. Errors are described from their
     /// causes, never with the request (whose headers hold the credentials).
-    async fn send(&self, url: url::Url) -> Answer<(Option<u32>, RegisteredSchema)> {
+    async fn send(&self, url: url::Url) -> Answer<Fetched> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(crate::meters::SCHEMA_REGISTRY_REQUESTS).increment(1);
         let request = self.http.get(url).header(ACCEPT, MEDIA_TYPES);

@@ -23,8 +23,39 @@ pub enum SchemaKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisteredSchema {
     pub kind: SchemaKind,
-    /// The schema text as registered (Avro JSON, `.proto` source, JSON Schema).
+    /// The schema text as registered (Avro JSON, `.proto` source or base64 of a
+    /// `FileDescriptorProto`, JSON Schema).
     pub text: String,
+    /// The schemas its references name, transitively, each under the name it is imported by:
+    /// a `.proto` that imports another file needs that file to compile.
+    pub imports: Vec<Import>,
+}
+
+impl RegisteredSchema {
+    /// A schema that references no other.
+    pub fn new(kind: SchemaKind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+            imports: Vec::new(),
+        }
+    }
+}
+
+/// One schema a registered schema references (Confluent's `references`): the name the
+/// referring schema uses for it (a `.proto` import path) and its text as registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    pub name: String,
+    pub text: String,
+}
+
+/// A reference as the registry lists it, before the client fetches what it names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub(crate) struct Reference {
+    pub(crate) name: String,
+    pub(crate) subject: String,
+    pub(crate) version: i64,
 }
 
 /// Why a schema could not be had.

@@ -12,16 +12,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use apache_avro::types::Value as Avro;
-use apache_avro::{Decimal, Schema};
 use serde_json::{json, Value};
 use sqlx::Executor;
 
-use kafka_pg_sink::registry::SchemaKind;
-
+use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::registry::{framed, register, registry_url};
+use crate::helpers::registry::registry_url;
 use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -373,58 +370,13 @@ async fn avro_arrays_land_in_array_columns() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        AVRO_SCHEMA,
-    )
-    .await;
-    let schema = Schema::parse_str(AVRO_SCHEMA).unwrap();
-    let strings = |v: &[&str]| Avro::Array(v.iter().map(|s| Avro::String(s.to_string())).collect());
-    let value = Avro::Record(vec![
-        ("id".into(), Avro::Long(1)),
-        ("texts".into(), strings(&["a", "b c", "é\"\\", ""])),
-        (
-            "bigs".into(),
-            Avro::Array(vec![Avro::Long(i64::MAX), Avro::Long(-1)]),
-        ),
-        (
-            "maybe".into(),
-            Avro::Array(vec![
-                Avro::Union(1, Box::new(Avro::String("x".into()))),
-                Avro::Union(0, Box::new(Avro::Null)),
-            ]),
-        ),
-        (
-            "nums".into(),
-            Avro::Array(vec![
-                Avro::Decimal(Decimal::from(12345i64.to_be_bytes().to_vec())),
-                Avro::Decimal(Decimal::from((-5i64).to_be_bytes().to_vec())),
-            ]),
-        ),
-        (
-            "ats".into(),
-            Avro::Array(vec![Avro::TimestampMicros(1_700_000_000_123_456)]),
-        ),
-        (
-            "ids".into(),
-            Avro::Array(vec![Avro::Uuid(
-                uuid::Uuid::parse_str("67e55044-10b1-426f-9247-bb680e5fe0c8").unwrap(),
-            )]),
-        ),
-        ("flags".into(), Avro::Array(vec![])),
-    ]);
-    let payload = apache_avro::to_avro_datum(&schema, value).unwrap();
-    produce_raw(
-        &producer(),
-        &topic.name,
-        &[RawRecord {
-            partition: 0,
-            value: Some(framed(id, &payload)),
-            ..Default::default()
-        }],
-    )
-    .await;
+    let value = json!({"value": {
+        "id": 1, "texts": ["a", "b c", "é\"\\", ""], "bigs": [i64::MAX, -1],
+        "maybe": ["x", null], "nums": [{"$decimal": "123.45"}, {"$decimal": "-0.05"}],
+        "ats": [1_700_000_000_123_456i64], "ids": ["67e55044-10b1-426f-9247-bb680e5fe0c8"],
+        "flags": [],
+    }});
+    produce(&topic.name, &Serde::Avro(AVRO_SCHEMA), None, &[value]).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "alists");
     config.topic_settings = "format = \"avro\"\non_error = \"dead_letter\"".into();
@@ -505,9 +457,6 @@ message Lists {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn protobuf_repeated_fields_land_in_array_columns() {
-    use prost_reflect::prost::Message as _;
-    use prost_reflect::{DynamicMessage, Value as Proto};
-
     let db = TestDb::migrated().await;
     db.pool
         .execute(
@@ -518,52 +467,18 @@ async fn protobuf_repeated_fields_land_in_array_columns() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Protobuf,
-        PROTO,
-    )
-    .await;
-
-    let pool = crate::helpers::registry::compile_proto("lists.proto", PROTO);
-    let mut m = DynamicMessage::new(pool.get_message_by_name("kps.arrays.Lists").unwrap());
-    let list = |values: Vec<Proto>| Proto::List(values);
-    m.set_field_by_name("id", Proto::I64(7));
-    m.set_field_by_name(
-        "texts",
-        list(vec![
-            Proto::String("a b".into()),
-            Proto::String("é\"{}".into()),
-        ]),
-    );
-    m.set_field_by_name("bigs", list(vec![Proto::I64(i64::MIN), Proto::I64(0)]));
-    m.set_field_by_name("flags", list(vec![Proto::Bool(true), Proto::Bool(false)]));
-    m.set_field_by_name("floats", list(vec![Proto::F64(0.25), Proto::F64(-1e300)]));
-    m.set_field_by_name("blobs", list(vec![Proto::Bytes(vec![0xff, 0].into())]));
-    let mut ts = DynamicMessage::new(
-        pool.get_message_by_name("google.protobuf.Timestamp")
-            .unwrap(),
-    );
-    ts.set_field_by_name("seconds", Proto::I64(1_700_000_000));
-    ts.set_field_by_name("nanos", Proto::I32(123_456_000));
-    m.set_field_by_name("ats", list(vec![Proto::Message(ts)]));
-    m.set_field_by_name(
-        "moods",
-        list(vec![Proto::EnumNumber(2), Proto::EnumNumber(0)]),
-    );
-    // The first top-level message: the index array is the single byte 0.
-    let mut payload = vec![0];
-    payload.extend(m.encode_to_vec());
-    produce_raw(
-        &producer(),
-        &topic.name,
-        &[RawRecord {
-            partition: 0,
-            value: Some(framed(id, &payload)),
-            ..Default::default()
-        }],
-    )
-    .await;
+    // Protobuf's JSON mapping, which the serializer's message is built from.
+    let value = json!({"value": {
+        "id": 7, "texts": ["a b", "é\"{}"], "bigs": [i64::MIN.to_string(), "0"],
+        "flags": [true, false], "floats": [0.25, -1e300], "blobs": ["/wA="],
+        "ats": ["2023-11-14T22:13:20.123456Z"], "moods": ["happy", "sad"],
+    }});
+    let lists = Serde::Protobuf {
+        files: &[("lists.proto", PROTO)],
+        file: "lists.proto",
+        message: "kps.arrays.Lists",
+    };
+    produce(&topic.name, &lists, None, &[value]).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "plists");
     config.topic_settings = "format = \"protobuf\"\non_error = \"dead_letter\"".into();

@@ -1,18 +1,21 @@
 //! Avro through the real Schema Registry (Apicurio, Confluent API) and the real broker: every
 //! logical type, keys, schema evolution, Debezium's AvroConverter envelope, bad records, a
-//! registry outage, and the crash test. Records are written with apache-avro and framed in
-//! the Confluent wire format; the registry assigns the ids.
+//! registry outage, and the crash test. Keys, evolution and the Debezium envelope are written
+//! by confluent-kafka's AvroSerializer, which registers its schemas; the rest with apache-avro,
+//! framed in the Confluent wire format by hand (corruptions, and bytes a test times itself).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use apache_avro::types::Value;
-use apache_avro::{Decimal, Schema};
+use apache_avro::Schema;
 use rand::Rng;
+use serde_json::{json, Value as Json};
 use sqlx::Executor;
 
 use kafka_pg_sink::registry::SchemaKind;
 
+use crate::helpers::confluent::{produce, produce_evolving, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{
@@ -53,14 +56,9 @@ const EVERY_TABLE: &str = "CREATE TABLE every (
     local_us timestamp NOT NULL, uid uuid NOT NULL, blob bytea NOT NULL, kind kind_t NOT NULL,
     tags jsonb NOT NULL, attrs jsonb NOT NULL, nested jsonb NOT NULL, maybe text)";
 
-/// A big-endian two's-complement unscaled integer, `len` bytes (sign-extended), as Avro's
-/// decimal carries it.
-fn unscaled(v: i128, len: usize) -> Vec<u8> {
-    v.to_be_bytes()[16 - len..].to_vec()
-}
-
-/// Record `i` of `EVERY_TYPE`, and the row PostgreSQL must then hold, as text.
-fn every_record(i: i64) -> (Value, Vec<Option<String>>) {
+/// Record `i` of `EVERY_TYPE` as the serializer is given it (decimals and bytes tagged), and
+/// the row PostgreSQL must then hold, as text.
+fn every_record(i: i64) -> (Json, Vec<Option<String>>) {
     let sign = if i % 2 == 0 { 1 } else { -1 };
     let price = sign * (i as i128 * 10_007 + 1); // scale 4
     let fixed = sign * (i as i128 * 1_000_000_007); // scale 2
@@ -75,59 +73,21 @@ fn every_record(i: i64) -> (Value, Vec<Option<String>>) {
     let kind = ["A", "B", "C"][(i % 3) as usize];
     let name = format!("n{i} \u{e9}\"quote\"\\");
     let maybe = (i % 4 != 0).then(|| format!("m{i}"));
-    let value = Value::Record(vec![
-        ("id".into(), Value::Long(i)),
-        ("small".into(), Value::Int(-(i as i32) * 3)),
-        ("flag".into(), Value::Boolean(i % 2 == 0)),
-        ("ratio".into(), Value::Double(i as f64 / 8.0)),
-        ("name".into(), Value::String(name.clone())),
-        (
-            "price".into(),
-            Value::Decimal(Decimal::from(unscaled(price, 8))),
-        ),
-        (
-            "fixed_price".into(),
-            Value::Decimal(Decimal::from(unscaled(fixed, 8))),
-        ),
-        ("born".into(), Value::Date(born)),
-        ("at_ms".into(), Value::TimestampMillis(at_ms)),
-        ("at_us".into(), Value::TimestampMicros(at_us)),
-        ("local_us".into(), Value::LocalTimestampMicros(local_us)),
-        ("uid".into(), Value::Uuid(uid)),
-        ("blob".into(), Value::Bytes(blob.clone())),
-        ("kind".into(), Value::Enum((i % 3) as u32, kind.into())),
-        (
-            "tags".into(),
-            Value::Array(vec![
-                Value::String("a".into()),
-                Value::String(format!("t{i}")),
-            ]),
-        ),
-        (
-            "attrs".into(),
-            Value::Map(HashMap::from([("n".to_string(), Value::Long(i))])),
-        ),
-        (
-            "nested".into(),
-            Value::Record(vec![
-                ("x".into(), Value::Int(i as i32)),
-                ("y".into(), Value::Union(0, Box::new(Value::Null))),
-            ]),
-        ),
-        (
-            "maybe".into(),
-            match &maybe {
-                Some(m) => Value::Union(1, Box::new(Value::String(m.clone()))),
-                None => Value::Union(0, Box::new(Value::Null)),
-            },
-        ),
-    ]);
     let decimal = |v: i128, scale: u32| {
         let neg = v < 0;
         let digits = format!("{:0>width$}", v.unsigned_abs(), width = scale as usize + 1);
         let (int, frac) = digits.split_at(digits.len() - scale as usize);
         format!("{}{int}.{frac}", if neg { "-" } else { "" })
     };
+    let value = json!({
+        "id": i, "small": -(i as i32) * 3, "flag": i % 2 == 0, "ratio": i as f64 / 8.0,
+        "name": name, "price": {"$decimal": decimal(price, 4)},
+        "fixed_price": {"$decimal": decimal(fixed, 2)}, "born": born, "at_ms": at_ms,
+        "at_us": at_us, "local_us": local_us, "uid": uid.to_string(),
+        "blob": {"$bytes": crate::helpers::base64_of(&blob)}, "kind": kind,
+        "tags": ["a", format!("t{i}")], "attrs": {"n": i}, "nested": {"x": i, "y": null},
+        "maybe": maybe,
+    });
     let date =
         chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Duration::days(born as i64);
     let ts = |micros: i64| pg_time(micros, true);
@@ -216,26 +176,20 @@ async fn avro_records_with_every_logical_type_land_exactly() {
         .unwrap();
     db.pool.execute(EVERY_TABLE).await.unwrap();
     let topic = TestTopic::create(3).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        EVERY_TYPE,
-    )
-    .await;
-    let schema = Schema::parse_str(EVERY_TYPE).unwrap();
     let mut expected = Vec::new();
     let mut records = Vec::new();
     for i in 0..300 {
         let (value, row) = every_record(i);
         expected.push(row);
-        records.push(RawRecord {
-            partition: (i % 3) as i32,
-            key: Some(i.to_string().into_bytes()),
-            value: Some(framed(id, &avro(&schema, value))),
-            ..Default::default()
-        });
+        records.push(json!({"key": i.to_string(), "value": value, "partition": i % 3}));
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Avro(EVERY_TYPE),
+        Some(&Serde::String),
+        &records,
+    )
+    .await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "every");
     config.topic_settings = "format = \"avro\"".into();
@@ -295,63 +249,24 @@ async fn avro_keys_upsert_and_delete_while_the_schema_evolves() {
         .await
         .unwrap();
     let topic = TestTopic::create(2).await;
-    let subject = format!("{}-value", topic.name);
-    let key_id = register(&format!("{}-key", topic.name), SchemaKind::Avro, KEY_SCHEMA).await;
-    let ids = [
-        register(&subject, SchemaKind::Avro, V1).await,
-        register(&subject, SchemaKind::Avro, V2).await,
-        register(&subject, SchemaKind::Avro, V3).await,
-    ];
-    assert!(ids[0] != ids[1] && ids[1] != ids[2], "{ids:?}");
-    let key_schema = Schema::parse_str(KEY_SCHEMA).unwrap();
-    let schemas = [V1, V2, V3].map(|s| Schema::parse_str(s).unwrap());
     let mut expected: BTreeMap<i64, (Option<String>, i64, Option<String>)> = BTreeMap::new();
     let mut records = Vec::new();
     let mut rng = rand::rng();
     for i in 0..2_000i64 {
         let key = rng.random_range(0..150i64);
         let partition = (key % 2) as i32;
-        let key_bytes = framed(
-            key_id,
-            &avro(
-                &key_schema,
-                Value::Record(vec![("id".into(), Value::Long(key))]),
-            ),
-        );
         let version = (i * 3 / 2_000) as usize; // v1, then v2, then v3 in order
         if i % 11 == 5 {
-            records.push(RawRecord {
-                partition,
-                key: Some(key_bytes),
-                value: None,
-                ..Default::default()
-            });
+            records.push(json!({"key": {"id": key}, "value": null, "partition": partition}));
             expected.remove(&key);
             continue;
         }
         let qty = i * 1_000_000_007 % 9_000_000_000;
         let note = (i % 3 == 0).then(|| format!("note {i}"));
-        let note_value = match &note {
-            Some(n) => Value::Union(1, Box::new(Value::String(n.clone()))),
-            None => Value::Union(0, Box::new(Value::Null)),
-        };
         let value = match version {
-            0 => Value::Record(vec![
-                ("id".into(), Value::Long(key)),
-                ("name".into(), Value::String(format!("v1-{i}"))),
-                ("qty".into(), Value::Int((qty % 1_000_000) as i32)),
-            ]),
-            1 => Value::Record(vec![
-                ("id".into(), Value::Long(key)),
-                ("name".into(), Value::String(format!("v2-{i}"))),
-                ("qty".into(), Value::Long(qty)),
-                ("note".into(), note_value),
-            ]),
-            _ => Value::Record(vec![
-                ("id".into(), Value::Long(key)),
-                ("qty".into(), Value::Long(qty)),
-                ("note".into(), note_value),
-            ]),
+            0 => json!({"id": key, "name": format!("v1-{i}"), "qty": qty % 1_000_000}),
+            1 => json!({"id": key, "name": format!("v2-{i}"), "qty": qty, "note": note}),
+            _ => json!({"id": key, "qty": qty, "note": note}),
         };
         let previous = expected.get(&key).cloned();
         let row = match version {
@@ -365,14 +280,19 @@ async fn avro_keys_upsert_and_delete_while_the_schema_evolves() {
             _ => (previous.and_then(|p| p.0), qty, note),
         };
         expected.insert(key, row);
-        records.push(RawRecord {
-            partition,
-            key: Some(key_bytes),
-            value: Some(framed(ids[version], &avro(&schemas[version], value))),
-            ..Default::default()
-        });
+        records.push(
+            json!({"key": {"id": key}, "value": value, "partition": partition,
+                            "schema": version}),
+        );
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    // The producer's serializer registers each version as it first writes it.
+    produce_evolving(
+        &topic.name,
+        &[Serde::Avro(V1), Serde::Avro(V2), Serde::Avro(V3)],
+        Some(&Serde::Avro(KEY_SCHEMA)),
+        &records,
+    )
+    .await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "items");
     config.max_records = 97;
@@ -421,35 +341,24 @@ fn debezium_schema(value_name: &str) -> String {
     )
 }
 
-/// A product row as Debezium's Avro value carries it, and the same row as PostgreSQL prints it.
-fn product(id: i32, version: i64) -> (Value, Vec<Option<String>>) {
+/// A product row as Debezium's Avro value carries it (the values the serializer is given, the
+/// decimal tagged), and the same row as PostgreSQL prints it.
+fn product(id: i32, version: i64) -> (Json, Vec<Option<String>>) {
     let cents = id as i128 * 1_234 + version as i128;
     let born = 10_000 + id;
     let updated = 1_700_000_000_000_000 + version * 1_000_001;
     let doc = format!(r#"{{"v": {version}, "tags": ["x"]}}"#);
     let uid = uuid::Uuid::from_u128(id as u128 * 7 + 1);
-    let some = |v: Value| Value::Union(1, Box::new(v));
-    let value = Value::Record(vec![
-        ("id".into(), Value::Int(id)),
-        (
-            "name".into(),
-            some(Value::String(format!("p{id}-v{version}"))),
-        ),
-        (
-            "price".into(),
-            some(Value::Decimal(Decimal::from(unscaled(cents, 4)))),
-        ),
-        ("born".into(), some(Value::Int(born))),
-        ("updated".into(), some(Value::Long(updated))),
-        ("doc".into(), some(Value::String(doc.clone()))),
-        ("uid".into(), some(Value::String(uid.to_string()))),
-    ]);
+    let price = format!("{}.{:02}", cents / 100, cents % 100);
+    let value = json!({"id": id, "name": format!("p{id}-v{version}"),
+        "price": {"$decimal": price}, "born": born, "updated": updated, "doc": doc,
+        "uid": uid.to_string()});
     let date =
         chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Duration::days(born as i64);
     let row = vec![
         Some(id.to_string()),
         Some(format!("p{id}-v{version}")),
-        Some(format!("{}.{:02}", cents / 100, cents % 100)),
+        Some(price),
         Some(date.format("%Y-%m-%d").to_string()),
         Some(pg_time(updated, false)),
         Some(doc),
@@ -469,41 +378,21 @@ async fn debezium_change_events_in_avro_reproduce_the_source_table() {
         .unwrap();
     let topic = TestTopic::create(2).await;
     let value_text = debezium_schema("Value");
-    let value_id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        &value_text,
-    )
-    .await;
     let key_text = r#"{"type":"record","name":"Key","namespace":"dbserver1.inventory.products","fields":[{"name":"id","type":"int"}],"connect.name":"dbserver1.inventory.products.Key"}"#;
-    let key_id = register(&format!("{}-key", topic.name), SchemaKind::Avro, key_text).await;
-    let value_schema = Schema::parse_str(&value_text).unwrap();
-    let key_schema = Schema::parse_str(key_text).unwrap();
-    let source = Value::Record(vec![
-        ("version".into(), Value::String("2.7.0.Final".into())),
-        ("connector".into(), Value::String("postgresql".into())),
-        ("ts_ms".into(), Value::Long(1_700_000_000_000)),
-        ("table".into(), Value::String("products".into())),
-    ]);
+    let source = json!({"version": "2.7.0.Final", "connector": "postgresql",
+        "ts_ms": 1_700_000_000_000i64, "table": "products"});
     let mut state: BTreeMap<i32, Vec<Option<String>>> = BTreeMap::new();
-    let mut before: BTreeMap<i32, Value> = BTreeMap::new();
+    let mut before: BTreeMap<i32, Json> = BTreeMap::new();
     let mut records = Vec::new();
     let mut rng = rand::rng();
     for version in 0..1_500i64 {
         let id = rng.random_range(0..80);
-        let key = framed(
-            key_id,
-            &avro(
-                &key_schema,
-                Value::Record(vec![("id".into(), Value::Int(id))]),
-            ),
-        );
+        let key = json!({"id": id});
         let partition = id % 2;
-        let null = || Value::Union(0, Box::new(Value::Null));
         let (op, before_v, after_v) = if state.contains_key(&id) && version % 5 == 0 {
             let b = before.remove(&id).unwrap();
             state.remove(&id);
-            ("d", Value::Union(1, Box::new(b)), null())
+            ("d", b, Json::Null)
         } else {
             let (row, expected) = product(id, version);
             let op = match (state.contains_key(&id), version < 100) {
@@ -511,39 +400,25 @@ async fn debezium_change_events_in_avro_reproduce_the_source_table() {
                 (false, false) => "c",
                 (true, _) => "u",
             };
-            let b = before
-                .insert(id, row.clone())
-                .map_or_else(null, |b| Value::Union(1, Box::new(b)));
+            let b = before.insert(id, row.clone()).unwrap_or(Json::Null);
             state.insert(id, expected);
-            (op, b, Value::Union(1, Box::new(row)))
+            (op, b, row)
         };
-        let envelope = Value::Record(vec![
-            ("before".into(), before_v),
-            ("after".into(), after_v),
-            ("source".into(), source.clone()),
-            ("op".into(), Value::String(op.into())),
-            (
-                "ts_ms".into(),
-                Value::Union(1, Box::new(Value::Long(1_700_000_000_000 + version))),
-            ),
-        ]);
-        records.push(RawRecord {
-            partition,
-            key: Some(key.clone()),
-            value: Some(framed(value_id, &avro(&value_schema, envelope))),
-            ..Default::default()
-        });
+        let envelope = json!({"before": before_v, "after": after_v, "source": source,
+            "op": op, "ts_ms": 1_700_000_000_000 + version});
+        records.push(json!({"key": key, "value": envelope, "partition": partition}));
         if op == "d" {
             // Debezium follows every delete with a tombstone.
-            records.push(RawRecord {
-                partition,
-                key: Some(key),
-                value: None,
-                ..Default::default()
-            });
+            records.push(json!({"key": key, "value": null, "partition": partition}));
         }
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Avro(&value_text),
+        Some(&Serde::Avro(key_text)),
+        &records,
+    )
+    .await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.max_records = 64;

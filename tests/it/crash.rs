@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
-use kafka_pg_sink::registry::SchemaKind;
-
-use crate::helpers::kafka::{produce_orders, produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::registry::{framed, register, registry_url};
+use crate::helpers::kafka::{produce_orders, producer, TestTopic};
+use crate::helpers::registry::registry_url;
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -47,58 +46,33 @@ const ORDER_AVRO: &str = r#"{"type":"record","name":"Order","namespace":"kps.tes
   {"name":"created_at","type":{"type":"long","logicalType":"timestamp-millis"}},
   {"name":"attrs","type":{"type":"record","name":"Attrs","fields":[{"name":"n","type":"long"},{"name":"tags","type":{"type":"array","items":"string"}}]}}]}"#;
 
-/// Orders `0..RECORDS` in Avro, order `id` to partition `id % partitions` (as `produce_orders`).
+/// Orders `0..RECORDS` in Avro, order `id` to partition `id % partitions` (as `produce_orders`),
+/// written by confluent-kafka's AvroSerializer.
 async fn produce_avro_orders(topic: &TestTopic) {
-    use apache_avro::types::Value;
-    let id_of_schema = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        ORDER_AVRO,
-    )
-    .await;
-    let schema = apache_avro::Schema::parse_str(ORDER_AVRO).unwrap();
-    let records: Vec<RawRecord> = (0..RECORDS)
+    let records: Vec<serde_json::Value> = (0..RECORDS)
         .map(|id| {
             let cents = (id % 1000) * 100 + id % 100;
-            let value = Value::Record(vec![
-                ("id".into(), Value::Long(id)),
-                ("customer".into(), Value::String(format!("c-{}", id % 97))),
-                (
-                    "amount".into(),
-                    Value::Decimal(apache_avro::Decimal::from(cents.to_be_bytes().to_vec())),
-                ),
-                (
-                    "status".into(),
-                    Value::String(["new", "paid", "shipped"][(id % 3) as usize].into()),
-                ),
-                (
-                    "created_at".into(),
-                    Value::TimestampMillis(1_700_000_000_000 + id * 1000),
-                ),
-                (
-                    "attrs".into(),
-                    Value::Record(vec![
-                        ("n".into(), Value::Long(id)),
-                        (
-                            "tags".into(),
-                            Value::Array(vec![
-                                Value::String("a".into()),
-                                Value::String("b".into()),
-                            ]),
-                        ),
-                    ]),
-                ),
-            ]);
-            let payload = apache_avro::to_avro_datum(&schema, value).unwrap();
-            RawRecord {
-                partition: (id % topic.partitions as i64) as i32,
-                key: Some(id.to_string().into_bytes()),
-                value: Some(framed(id_of_schema, &payload)),
-                ..Default::default()
-            }
+            let status = ["new", "paid", "shipped"][(id % 3) as usize];
+            serde_json::json!({
+                "key": id.to_string(),
+                "partition": id % topic.partitions as i64,
+                "value": {
+                    "id": id, "customer": format!("c-{}", id % 97),
+                    "amount": {"$decimal": format!("{}.{:02}", cents / 100, cents % 100)},
+                    "status": status,
+                    "created_at": 1_700_000_000_000 + id * 1000,
+                    "attrs": {"n": id, "tags": ["a", "b"]},
+                },
+            })
         })
         .collect();
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Avro(ORDER_AVRO),
+        Some(&Serde::String),
+        &records,
+    )
+    .await;
 }
 
 async fn kill_9_at_random_moments(mode: &str, encoding: Encoding) {

@@ -4,16 +4,16 @@
 
 use std::time::Duration;
 
-use apache_avro::types::Value as Avro;
 use kafka_pg_sink::registry::SchemaKind;
 use serde_json::{json, Value};
 
+use crate::helpers::confluent::{produce_evolving, Serde};
 use crate::helpers::connect_json::{
     debezium_envelope, debezium_event, optional, serialize, struct_of, Described,
 };
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::registry::{framed, register, registry_url};
+use crate::helpers::registry::{register, registry_url};
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -226,32 +226,19 @@ fn avro_value_schema(v2: bool) -> String {
     )
 }
 
-/// Account `id` as an Avro datum of v1 or v2 (named `name` as given).
-fn avro_account(schema: &apache_avro::Schema, id: i64, name: &str, v2: bool) -> Vec<u8> {
+/// Account `id` in v1 or v2 (named `name` as given), as the serializer is given it.
+fn avro_account(id: i64, name: &str, v2: bool) -> serde_json::Value {
     let cents = id * 100 + 5;
-    let mut fields = vec![
-        ("id".to_string(), Avro::Long(id)),
-        ("name".to_string(), Avro::String(name.to_string())),
-        (
-            "amount".to_string(),
-            Avro::Decimal(apache_avro::Decimal::from(cents.to_be_bytes().to_vec())),
-        ),
-        (
-            "at".to_string(),
-            Avro::TimestampMillis(1_700_000_000_456 + id * 1000),
-        ),
-        (
-            "status".to_string(),
-            Avro::Enum((id % 2) as u32, ["NEW", "PAID"][(id % 2) as usize].into()),
-        ),
-    ];
+    let status = ["NEW", "PAID"][(id % 2) as usize];
+    let mut value = serde_json::json!({
+        "id": id, "name": name,
+        "amount": {"$decimal": format!("{}.{:02}", cents / 100, cents % 100)},
+        "at": 1_700_000_000_456 + id * 1000, "status": status,
+    });
     if v2 {
-        fields.push((
-            "email".to_string(),
-            Avro::Union(1, Box::new(Avro::String(format!("e{id}")))),
-        ));
+        value["email"] = serde_json::json!(format!("e{id}"));
     }
-    apache_avro::to_avro_datum(schema, Avro::Record(fields)).unwrap()
+    value
 }
 
 /// A missing table is created from the Avro value schema with the key schema's field as its
@@ -260,34 +247,24 @@ fn avro_account(schema: &apache_avro::Schema, id: i64, name: &str, v2: bool) -> 
 async fn avro_creates_the_table_with_the_key_as_primary_key_and_upserts() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let key_id = register(&format!("{}-key", topic.name), SchemaKind::Avro, AVRO_KEY).await;
-    let subject = format!("{}-value", topic.name);
-    let v1_id = register(&subject, SchemaKind::Avro, &avro_value_schema(false)).await;
-    let v2_id = register(&subject, SchemaKind::Avro, &avro_value_schema(true)).await;
-    let key_schema = apache_avro::Schema::parse_str(AVRO_KEY).unwrap();
-    let v1 = apache_avro::Schema::parse_str(&avro_value_schema(false)).unwrap();
-    let v2 = apache_avro::Schema::parse_str(&avro_value_schema(true)).unwrap();
-    let record = |id: i64, value: Vec<u8>, schema_id: u32| RawRecord {
-        partition: (id % 2) as i32,
-        key: Some(framed(
-            key_id,
-            &apache_avro::to_avro_datum(
-                &key_schema,
-                Avro::Record(vec![("id".into(), Avro::Long(id))]),
-            )
-            .unwrap(),
-        )),
-        value: Some(framed(schema_id, &value)),
-        ..Default::default()
+    let record = |id: i64, value: serde_json::Value, schema: usize| {
+        serde_json::json!({"key": {"id": id}, "value": value, "partition": id % 2,
+                           "schema": schema})
     };
-    // 100 accounts in v1, then the first 50 again, renamed, in v2.
-    let mut records: Vec<RawRecord> = (0..100)
-        .map(|id| record(id, avro_account(&v1, id, &format!("n{id}"), false), v1_id))
+    // 100 accounts in v1, then the first 50 again, renamed, in v2, which the producer's
+    // serializer registers as it first writes it.
+    let mut records: Vec<serde_json::Value> = (0..100)
+        .map(|id| record(id, avro_account(id, &format!("n{id}"), false), 0))
         .collect();
-    records.extend(
-        (0..50).map(|id| record(id, avro_account(&v2, id, &format!("u{id}"), true), v2_id)),
-    );
-    produce_raw(&producer(), &topic.name, &records).await;
+    records.extend((0..50).map(|id| record(id, avro_account(id, &format!("u{id}"), true), 1)));
+    let (v1, v2) = (avro_value_schema(false), avro_value_schema(true));
+    produce_evolving(
+        &topic.name,
+        &[Serde::Avro(&v1), Serde::Avro(&v2)],
+        Some(&Serde::Avro(AVRO_KEY)),
+        &records,
+    )
+    .await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "accounts");
     config.max_records = 20;

@@ -8,11 +8,9 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use prost_reflect::prost::Message as _;
-use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, Value};
-
 use kafka_pg_sink::registry::SchemaKind;
 
+use crate::helpers::confluent::{produce, produce_evolving, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
@@ -99,109 +97,35 @@ message Account {{
     )
 }
 
-/// The schema compiled as the producer's serializer has it.
-fn proto_pool(source: &str) -> DescriptorPool {
-    crate::helpers::registry::compile_proto("account.proto", source)
-}
-
-/// A message of a well-known or nested type with fields set.
-fn message(pool: &DescriptorPool, name: &str, fields: &[(&str, Value)]) -> Value {
-    let mut m = DynamicMessage::new(pool.get_message_by_name(name).unwrap());
-    for (f, v) in fields {
-        m.set_field_by_name(f, v.clone());
-    }
-    Value::Message(m)
-}
-
-/// Account `i` (renamed in v2, with an email) framed after the index array `[1]`, and its row
-/// as PostgreSQL prints it.
-fn account(pool: &DescriptorPool, i: i64, v2: bool) -> (Vec<u8>, Vec<Option<String>>) {
-    let mut m = DynamicMessage::new(pool.get_message_by_name("kps.ddl.Account").unwrap());
+/// Account `i` (renamed in v2, with an email) in protobuf's JSON mapping, which the
+/// serializer's message is built from, and its row as PostgreSQL prints it.
+fn account(i: i64, v2: bool) -> (serde_json::Value, Vec<Option<String>>) {
     let name = if v2 { format!("u{i}") } else { format!("n{i}") };
     let blob = vec![i as u8, 0xff];
-    m.set_field_by_name("id", Value::I64(i));
-    m.set_field_by_name("small", Value::I32(-(i as i32)));
-    m.set_field_by_name("s32", Value::I32(i as i32 * 1000 - 7));
-    m.set_field_by_name("sf64", Value::I64(-i * 1_000_000_007));
-    m.set_field_by_name("u32", Value::U32(u32::MAX - i as u32));
-    m.set_field_by_name("u64", Value::U64(u64::MAX - i as u64));
-    m.set_field_by_name("f64", Value::U64(i as u64 * 3));
-    m.set_field_by_name("ratio", Value::F32(i as f32 / 4.0));
-    m.set_field_by_name("score", Value::F64(i as f64 / 8.0));
-    m.set_field_by_name("flag", Value::Bool(i % 2 == 1));
-    m.set_field_by_name("name", Value::String(name.clone()));
-    m.set_field_by_name("blob", Value::Bytes(blob.clone().into()));
-    m.set_field_by_name("status", Value::EnumNumber((i % 2) as i32));
-    let at = message(
-        pool,
-        "google.protobuf.Timestamp",
-        &[
-            ("seconds", Value::I64(1_700_000_000 + i)),
-            ("nanos", Value::I32(i as i32 * 1000)),
-        ],
-    );
-    m.set_field_by_name("at", at);
-    let took = message(
-        pool,
-        "google.protobuf.Duration",
-        &[
-            ("seconds", Value::I64(i)),
-            ("nanos", Value::I32(500_000_000)),
-        ],
-    );
-    m.set_field_by_name("took", took);
+    let status = ["NEW", "PAID"][(i % 2) as usize];
+    let at = chrono::DateTime::from_timestamp(1_700_000_000 + i, i as u32 * 1000).unwrap();
+    let mut m = serde_json::json!({
+        "id": i, "small": -i, "s32": i * 1000 - 7, "sf64": (-i * 1_000_000_007).to_string(),
+        "u32": u32::MAX - i as u32, "u64": (u64::MAX - i as u64).to_string(),
+        "f64": (i * 3).to_string(), "ratio": i as f64 / 4.0, "score": i as f64 / 8.0,
+        "flag": i % 2 == 1, "name": name, "blob": base64::engine::general_purpose::STANDARD.encode(&blob),
+        "status": status,
+        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "took": format!("{i}.5s"), "extra": format!("v{i}"),
+        "line": {"sku": format!("s{i}"), "qty": i}, "attrs": {"n": i},
+        "nums": [i, -i], "tags": ["a", format!("t{i}")], "lines": [{"sku": "x", "qty": 1}],
+    });
     if i % 3 != 0 {
-        let n = message(
-            pool,
-            "google.protobuf.Int64Value",
-            &[("value", Value::I64(i * 10))],
-        );
-        m.set_field_by_name("maybe_n", n);
+        m["maybe_n"] = serde_json::json!((i * 10).to_string());
     }
     if i % 2 == 0 {
-        let note = message(
-            pool,
-            "google.protobuf.StringValue",
-            &[("value", Value::String(format!("note {i}")))],
-        );
-        m.set_field_by_name("note", note);
+        m["note"] = serde_json::json!(format!("note {i}"));
     }
-    let extra = message(
-        pool,
-        "google.protobuf.Value",
-        &[("string_value", Value::String(format!("v{i}")))],
-    );
-    m.set_field_by_name("extra", extra);
-    let line = |sku: String, qty: i32| {
-        message(
-            pool,
-            "kps.ddl.Account.Line",
-            &[("sku", Value::String(sku)), ("qty", Value::I32(qty))],
-        )
-    };
-    m.set_field_by_name("line", line(format!("s{i}"), i as i32));
-    m.set_field_by_name(
-        "attrs",
-        Value::Map(
-            [(MapKey::String("n".into()), Value::I64(i))]
-                .into_iter()
-                .collect(),
-        ),
-    );
-    m.set_field_by_name("nums", Value::List(vec![Value::I64(i), Value::I64(-i)]));
-    m.set_field_by_name(
-        "tags",
-        Value::List(vec![
-            Value::String("a".into()),
-            Value::String(format!("t{i}")),
-        ]),
-    );
-    m.set_field_by_name("lines", Value::List(vec![line("x".into(), 1)]));
     if i % 4 == 1 {
-        m.set_field_by_name("nick", Value::String(format!("k{i}")));
+        m["nick"] = serde_json::json!(format!("k{i}"));
     }
     if v2 {
-        m.set_field_by_name("email", Value::String(format!("e{i}@x")));
+        m["email"] = serde_json::json!(format!("e{i}@x"));
     }
     let at = chrono::DateTime::from_timestamp(1_700_000_000 + i, i as u32 * 1000).unwrap();
     // PostgreSQL prints the fraction without trailing zeros.
@@ -234,10 +158,7 @@ fn account(pool: &DescriptorPool, i: i64, v2: bool) -> (Vec<u8>, Vec<Option<Stri
         (i % 4 == 1).then(|| format!("k{i}")),
         v2.then(|| format!("e{i}@x")),
     ];
-    // The index array [1] (zigzag varints: count 1, index 1): the second message.
-    let mut payload = vec![2, 2];
-    payload.extend(m.encode_to_vec());
-    (payload, row)
+    (m, row)
 }
 
 const ACCOUNT_COLUMNS: &[&str] = &[
@@ -253,46 +174,43 @@ const ACCOUNT_COLUMNS: &[&str] = &[
 async fn protobuf_creates_every_column_type_with_the_key_as_primary_key_and_evolves() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let key_id = register(
-        &format!("{}-key", topic.name),
-        SchemaKind::Protobuf,
-        &account_proto(false),
-    )
-    .await;
-    let subject = format!("{}-value", topic.name);
-    let v1_id = register(&subject, SchemaKind::Protobuf, &account_proto(false)).await;
-    let v2_id = register(&subject, SchemaKind::Protobuf, &account_proto(true)).await;
-    let (v1, v2) = (
-        proto_pool(&account_proto(false)),
-        proto_pool(&account_proto(true)),
-    );
-    let key_desc = v1.get_message_by_name("kps.ddl.Key").unwrap();
-    let record = |i: i64, value: Vec<u8>, id: u32| {
-        let mut key = DynamicMessage::new(key_desc.clone());
-        key.set_field_by_name("id", Value::I64(i));
-        // The key is the first message: the index array [0] is the single byte 0.
-        let mut key_payload = vec![0];
-        key_payload.extend(key.encode_to_vec());
-        RawRecord {
-            partition: (i % 2) as i32,
-            key: Some(framed(key_id, &key_payload)),
-            value: Some(framed(id, &value)),
-            ..Default::default()
-        }
-    };
     let mut expected: Vec<Vec<Option<String>>> = Vec::new();
     let mut records = Vec::new();
     for i in 0..30 {
-        let (payload, row) = account(&v1, i, false);
-        records.push(record(i, payload, v1_id));
+        let (value, row) = account(i, false);
+        records.push(serde_json::json!({"key": {"id": i}, "value": value, "partition": i % 2}));
         expected.push(row);
     }
     for i in 0..15 {
-        let (payload, row) = account(&v2, i, true);
-        records.push(record(i, payload, v2_id));
+        let (value, row) = account(i, true);
+        records.push(
+            serde_json::json!({"key": {"id": i}, "value": value, "partition": i % 2,
+                                        "schema": 1}),
+        );
         expected[i as usize] = row;
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    // The values are the file's second message (index [1]), the keys its first ([0]); v2
+    // is registered when the producer first writes it.
+    let (v1, v2) = (account_proto(false), account_proto(true));
+    let (v1_files, v2_files) = (
+        [("account.proto", v1.as_str())],
+        [("account.proto", v2.as_str())],
+    );
+    let account = |files, message| Serde::Protobuf {
+        files,
+        file: "account.proto",
+        message,
+    };
+    produce_evolving(
+        &topic.name,
+        &[
+            account(&v1_files, "kps.ddl.Account"),
+            account(&v2_files, "kps.ddl.Account"),
+        ],
+        Some(&account(&v1_files, "kps.ddl.Key")),
+        &records,
+    )
+    .await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "accounts");
     config.max_records = 10;
@@ -623,16 +541,8 @@ fn trimmed(text: String) -> String {
 /// (not the plain Avro type's `int8`/`int4`/`text`), and every value lands as produced.
 #[tokio::test(flavor = "multi_thread")]
 async fn debezium_avro_logical_types_create_their_columns() {
-    use apache_avro::types::Value as Avro;
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(2).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        DEBEZIUM_AVRO,
-    )
-    .await;
-    let schema = apache_avro::Schema::parse_str(DEBEZIUM_AVRO).unwrap();
     let mut records = Vec::new();
     let mut expected = Vec::new();
     let midnight = chrono::NaiveTime::from_hms_opt(0, 0, 0).unwrap();
@@ -640,57 +550,21 @@ async fn debezium_avro_logical_types_create_their_columns() {
         let ms = 1_700_000_000_123 + i;
         let us = 1_700_000_000_123_456 + i;
         let ns = 1_700_000_000_123_456_000 + i * 1000;
-        let after = Avro::Record(vec![
-            ("id".into(), Avro::Int(i as i32)),
-            ("ts".into(), Avro::Long(ms)),
-            ("mts".into(), Avro::Long(us)),
-            ("nts".into(), Avro::Long(ns)),
-            (
-                "zts".into(),
-                Avro::Union(
-                    1,
-                    Box::new(Avro::String(format!("2024-01-02T03:04:{i:02}.5+02:00"))),
-                ),
-            ),
-            ("d".into(), Avro::Int(19675 + i as i32)),
-            ("t".into(), Avro::Int(3_600_000 + i as i32 * 1000)),
-            ("mt".into(), Avro::Long(3_600_000_000 + i)),
-            ("nt".into(), Avro::Long(7_200_000_000_000 + i * 1000)),
-            ("js".into(), Avro::String(format!(r#"{{"a":{i}}}"#))),
-            (
-                "u".into(),
-                Avro::String(format!("00000000-0000-0000-0000-{i:012}")),
-            ),
-            (
-                "vsd".into(),
-                Avro::Record(vec![
-                    ("scale".into(), Avro::Int(3)),
-                    (
-                        "value".into(),
-                        Avro::Bytes(((i * 1000 + 7) as i32).to_be_bytes().to_vec()),
-                    ),
-                ]),
-            ),
-            (
-                "dec".into(),
-                Avro::Bytes(((i * 100 + 5) as i32).to_be_bytes().to_vec()),
-            ),
-        ]);
-        let envelope = Avro::Record(vec![
-            ("before".into(), Avro::Union(0, Box::new(Avro::Null))),
-            ("after".into(), Avro::Union(1, Box::new(after))),
-            ("op".into(), Avro::String("c".into())),
-            ("ts_ms".into(), Avro::Union(1, Box::new(Avro::Long(ms)))),
-        ]);
-        records.push(RawRecord {
-            partition: (i % 2) as i32,
-            key: Some(format!(r#"{{"id":{i}}}"#).into_bytes()),
-            value: Some(framed(
-                id,
-                &apache_avro::to_avro_datum(&schema, envelope).unwrap(),
-            )),
-            ..Default::default()
+        // Connect's decimals are big-endian two's-complement bytes, as the converter writes.
+        let bytes = |v: i32| crate::helpers::base64_of(&v.to_be_bytes());
+        let after = serde_json::json!({
+            "id": i, "ts": ms, "mts": us, "nts": ns,
+            "zts": format!("2024-01-02T03:04:{i:02}.5+02:00"), "d": 19675 + i,
+            "t": 3_600_000 + i * 1000, "mt": 3_600_000_000 + i, "nt": 7_200_000_000_000 + i * 1000,
+            "js": format!(r#"{{"a":{i}}}"#), "u": format!("00000000-0000-0000-0000-{i:012}"),
+            "vsd": {"scale": 3, "value": {"$bytes": bytes((i * 1000 + 7) as i32)}},
+            "dec": {"$bytes": bytes((i * 100 + 5) as i32)},
         });
+        let envelope = serde_json::json!({"before": null, "after": after, "op": "c", "ts_ms": ms});
+        records.push(
+            serde_json::json!({"key": format!(r#"{{"id":{i}}}"#), "value": envelope,
+                                        "partition": i % 2}),
+        );
         let stamp = |t: chrono::DateTime<chrono::Utc>| {
             trimmed(t.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string())
         };
@@ -723,7 +597,13 @@ async fn debezium_avro_logical_types_create_their_columns() {
             Some(format!("{i}.05")),
         ]);
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Avro(DEBEZIUM_AVRO),
+        Some(&Serde::String),
+        &records,
+    )
+    .await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "changes");
     config.topic_settings =
         "format = \"debezium\"\nencoding = \"avro\"\nkey = [\"id\"]\nauto_create = true".into();

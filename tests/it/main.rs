@@ -38,6 +38,7 @@ mod restarts;
 mod routing;
 mod routing_fixes;
 mod security;
+mod serializers;
 mod supervision;
 mod types;
 mod upsert;

@@ -1,19 +1,18 @@
-//! Protobuf and JSON Schema through the real Schema Registry and the real broker: records
-//! encoded with prost-reflect from the registered `.proto` (message indexes in the header,
-//! as Confluent's serializer writes them), and JSON with a registered JSON Schema.
-//! The schema imports the well-known types the way producers do (`Timestamp`, wrappers).
+//! Protobuf and JSON Schema through the real Schema Registry and the real broker, the records
+//! written by confluent-kafka's ProtobufSerializer and JSONSerializer (which register their
+//! schemas themselves, the Protobuf one as a base64 descriptor, and write the message-index
+//! array that names the message): the schema imports the well-known types the way producers do
+//! (`Timestamp`, wrappers).
 
 use std::time::Duration;
 
-use prost_reflect::prost::Message as _;
-use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, Value};
+use serde_json::{json, Value};
 use sqlx::Executor;
 
-use kafka_pg_sink::registry::SchemaKind;
-
+use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
-use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::registry::{framed, register, registry_url};
+use crate::helpers::kafka::TestTopic;
+use crate::helpers::registry::registry_url;
 use crate::helpers::sink::{Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -44,63 +43,27 @@ message Order {
 }
 "#;
 
-/// Compiles the schema the way the sink will get it from the registry.
-fn pool() -> DescriptorPool {
-    crate::helpers::registry::compile_proto("order.proto", PROTO)
-}
-
-/// Order `i` as a message, and its row as PostgreSQL prints it.
-fn order(pool: &DescriptorPool, i: i64) -> (Vec<u8>, Vec<Option<String>>) {
-    let desc = pool.get_message_by_name("kps.test.Order").unwrap();
-    let mut m = DynamicMessage::new(desc.clone());
+/// Order `i` in protobuf's JSON mapping (what the producer builds its message from), and its
+/// row as PostgreSQL prints it.
+fn order(i: i64) -> (Value, Vec<Option<String>>) {
     let blob: Vec<u8> = (0..(i % 5) as u8).map(|b| b ^ 0x5a).collect();
-    m.set_field_by_name("id", Value::I64(i));
-    m.set_field_by_name("small", Value::I32(-(i as i32)));
-    m.set_field_by_name("big", Value::U64(u64::MAX - i as u64));
-    m.set_field_by_name("flag", Value::Bool(i % 2 == 1));
-    m.set_field_by_name("ratio", Value::F64(i as f64 / 4.0));
-    m.set_field_by_name("name", Value::String(format!("o{i} \u{e9}")));
-    m.set_field_by_name("blob", Value::Bytes(blob.clone().into()));
-    m.set_field_by_name("status", Value::EnumNumber((i % 3) as i32));
+    let status = ["NEW", "PAID", "SHIPPED"][(i % 3) as usize];
     let seconds = 1_700_000_000 + i * 61;
-    let nanos = (i * 1_001_000 % 1_000_000_000) as i32;
-    let ts_desc = pool
-        .get_message_by_name("google.protobuf.Timestamp")
-        .unwrap();
-    let mut ts = DynamicMessage::new(ts_desc);
-    ts.set_field_by_name("seconds", Value::I64(seconds));
-    ts.set_field_by_name("nanos", Value::I32(nanos));
-    m.set_field_by_name("at", Value::Message(ts));
+    let nanos = (i * 1_001_000 % 1_000_000_000) as u32;
+    let at = chrono::DateTime::from_timestamp(seconds, nanos).unwrap();
+    let mut m = json!({
+        "id": i, "small": -i, "big": (u64::MAX - i as u64).to_string(), "flag": i % 2 == 1,
+        "ratio": i as f64 / 4.0, "name": format!("o{i} \u{e9}"), "blob": base64_of(&blob),
+        "status": status,
+        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "tags": ["a", format!("t{i}")], "attrs": {"n": i},
+        "line": {"sku": format!("s{i}"), "qty": i % 10},
+    });
     if i % 3 != 0 {
-        let sv = pool
-            .get_message_by_name("google.protobuf.StringValue")
-            .unwrap();
-        let mut note = DynamicMessage::new(sv);
-        note.set_field_by_name("value", Value::String(format!("n{i}")));
-        m.set_field_by_name("note", Value::Message(note));
+        m["note"] = json!(format!("n{i}"));
     }
-    m.set_field_by_name(
-        "tags",
-        Value::List(vec![
-            Value::String("a".into()),
-            Value::String(format!("t{i}")),
-        ]),
-    );
-    m.set_field_by_name(
-        "attrs",
-        Value::Map(
-            [(MapKey::String("n".into()), Value::I64(i))]
-                .into_iter()
-                .collect(),
-        ),
-    );
-    let line_desc = pool.get_message_by_name("kps.test.Order.Line").unwrap();
-    let mut line = DynamicMessage::new(line_desc);
-    line.set_field_by_name("sku", Value::String(format!("s{i}")));
-    line.set_field_by_name("qty", Value::I32(i as i32 % 10));
-    m.set_field_by_name("line", Value::Message(line));
     if i % 4 == 1 {
-        m.set_field_by_name("maybe", Value::String(format!("m{i}")));
+        m["maybe"] = json!(format!("m{i}"));
     }
     let micros = seconds * 1_000_000 + (nanos / 1000) as i64;
     let at = {
@@ -135,11 +98,17 @@ fn order(pool: &DescriptorPool, i: i64) -> (Vec<u8>, Vec<Option<String>>) {
         Some(format!(r#"{{"qty": {}, "sku": "s{i}"}}"#, i % 10)),
         (i % 4 == 1).then(|| format!("m{i}")),
     ];
-    // Confluent's framing after the schema id: the message-index array, [1] for the second
-    // top-level message (zigzag varints: count 1, index 1).
-    let mut payload = vec![2, 2];
-    payload.extend(m.encode_to_vec());
-    (payload, row)
+    (m, row)
+}
+
+/// The schema of the orders: `Order` is the file's second message, so the serializer's
+/// message-index array is `[1]`.
+fn order_serde() -> Serde<'static> {
+    Serde::Protobuf {
+        files: &[("order.proto", PROTO)],
+        file: "order.proto",
+        message: "kps.test.Order",
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -155,25 +124,14 @@ async fn protobuf_records_land_with_every_field_kind() {
         .await
         .unwrap();
     let topic = TestTopic::create(2).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Protobuf,
-        PROTO,
-    )
-    .await;
-    let pool = pool();
     let mut expected = Vec::new();
     let mut records = Vec::new();
     for i in 0..200 {
-        let (payload, row) = order(&pool, i);
+        let (value, row) = order(i);
         expected.push(row);
-        records.push(RawRecord {
-            partition: (i % 2) as i32,
-            value: Some(framed(id, &payload)),
-            ..Default::default()
-        });
+        records.push(json!({"value": value, "partition": i % 2}));
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(&topic.name, &order_serde(), None, &records).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
     config.topic_settings = "format = \"protobuf\"".into();
@@ -202,26 +160,13 @@ async fn json_schema_records_land_like_json() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Json,
-        JSON_SCHEMA,
-    )
-    .await;
-    let records: Vec<RawRecord> = (0..100)
-        .map(|i| RawRecord {
-            value: Some(framed(
-                id,
-                format!(
-                    r#"{{"id":{i},"name":"n{i}","at":"2024-01-02T03:04:{:02}Z"}}"#,
-                    i % 60
-                )
-                .as_bytes(),
-            )),
-            ..Default::default()
+    let records: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({"value": {"id": i, "name": format!("n{i}"),
+                             "at": format!("2024-01-02T03:04:{:02}Z", i % 60)}})
         })
         .collect();
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(&topic.name, &Serde::Json(JSON_SCHEMA), None, &records).await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "items");
     config.topic_settings = "format = \"json-schema\"".into();
     config.metadata = String::new();
@@ -273,31 +218,10 @@ async fn debezium_change_events_in_protobuf_with_protobuf_keys_reproduce_the_sou
         .await
         .unwrap();
     let topic = TestTopic::create(2).await;
-    let value_id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Protobuf,
-        DEBEZIUM_PROTO,
-    )
-    .await;
-    let key_id = register(
-        &format!("{}-key", topic.name),
-        SchemaKind::Protobuf,
-        DEBEZIUM_PROTO,
-    )
-    .await;
-    let pool = crate::helpers::registry::compile_proto("d.proto", DEBEZIUM_PROTO);
-    let message = |name: &str| {
-        DynamicMessage::new(
-            pool.get_message_by_name(&format!("dbserver1.inventory.products.{name}"))
-                .unwrap(),
-        )
-    };
     let row = |id: i32, version: i64| {
-        let mut v = message("Value");
-        v.set_field_by_name("id", Value::I32(id));
-        v.set_field_by_name("name", Value::String(format!("p{id}-v{version}")));
+        let mut v = json!({"id": id, "name": format!("p{id}-v{version}")});
         if version % 2 == 0 {
-            v.set_field_by_name("qty", Value::I64(version * 1_000_000_007));
+            v["qty"] = json!((version * 1_000_000_007).to_string());
         }
         v
     };
@@ -305,19 +229,14 @@ async fn debezium_change_events_in_protobuf_with_protobuf_keys_reproduce_the_sou
     let mut records = Vec::new();
     for version in 0..600i64 {
         let id = (version * 37 % 50) as i32;
-        let mut key = message("Key");
-        key.set_field_by_name("id", Value::I32(id));
-        // Index [2]: the third message, `Key`.
-        let mut key_bytes = vec![2, 4];
-        key_bytes.extend(key.encode_to_vec());
-        let mut envelope = message("Envelope");
+        let key = json!({"id": id});
+        let mut envelope = json!({"ts_ms": (1_700_000_000_000 + version).to_string()});
         let op = if state.contains_key(&id) && version % 4 == 0 {
-            envelope.set_field_by_name("before", Value::Message(row(id, version - 1)));
+            envelope["before"] = row(id, version - 1);
             state.remove(&id);
             "d"
         } else {
-            let r = row(id, version);
-            envelope.set_field_by_name("after", Value::Message(r));
+            envelope["after"] = row(id, version);
             let op = if state.contains_key(&id) { "u" } else { "c" };
             state.insert(
                 id,
@@ -328,28 +247,28 @@ async fn debezium_change_events_in_protobuf_with_protobuf_keys_reproduce_the_sou
             );
             op
         };
-        envelope.set_field_by_name("op", Value::String(op.into()));
-        envelope.set_field_by_name("ts_ms", Value::I64(1_700_000_000_000 + version));
-        // Index [0] as the single byte 0, as Confluent's serializer writes it.
-        let mut value = vec![0];
-        value.extend(envelope.encode_to_vec());
+        envelope["op"] = json!(op);
         let partition = id % 2;
-        records.push(RawRecord {
-            partition,
-            key: Some(framed(key_id, &key_bytes)),
-            value: Some(framed(value_id, &value)),
-            ..Default::default()
-        });
+        records.push(json!({"key": key, "value": envelope, "partition": partition}));
         if op == "d" {
-            records.push(RawRecord {
-                partition,
-                key: Some(framed(key_id, &key_bytes)),
-                value: None,
-                ..Default::default()
-            });
+            records.push(json!({"key": key, "value": null, "partition": partition}));
         }
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    // The serializers write the envelope with index [0] (the single byte 0) and the key, the
+    // file's third message, with [2].
+    let files: &[(&str, &str)] = &[("d.proto", DEBEZIUM_PROTO)];
+    let message = |name| Serde::Protobuf {
+        files,
+        file: "d.proto",
+        message: name,
+    };
+    produce(
+        &topic.name,
+        &message("dbserver1.inventory.products.Envelope"),
+        Some(&message("dbserver1.inventory.products.Key")),
+        &records,
+    )
+    .await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.max_records = 40;
     config.topic_settings =
@@ -384,26 +303,28 @@ async fn debezium_change_events_in_json_schema_reproduce_the_source() {
       "properties":{"before":{"oneOf":[{"type":"null"},{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}}}]},
                     "after":{"oneOf":[{"type":"null"},{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}}}]},
                     "op":{"type":"string"}}}"#;
-    let id = register(&format!("{}-value", topic.name), SchemaKind::Json, schema).await;
     let mut state: BTreeMap<i32, String> = BTreeMap::new();
     let mut records = Vec::new();
     for version in 0..300i32 {
         let key = version * 7 % 40;
         let value = if state.contains_key(&key) && version % 3 == 0 {
             state.remove(&key);
-            format!(r#"{{"before":{{"id":{key},"name":"old"}},"after":null,"op":"d"}}"#)
+            json!({"before": {"id": key, "name": "old"}, "after": null, "op": "d"})
         } else {
             let op = if state.contains_key(&key) { "u" } else { "c" };
             state.insert(key, format!("n{version}"));
-            format!(r#"{{"before":null,"after":{{"id":{key},"name":"n{version}"}},"op":"{op}"}}"#)
+            json!({"before": null, "after": {"id": key, "name": format!("n{version}")}, "op": op})
         };
-        records.push(RawRecord {
-            key: Some(format!(r#"{{"id":{key}}}"#).into_bytes()),
-            value: Some(framed(id, value.as_bytes())),
-            ..Default::default()
-        });
+        // The key is plain JSON, as the converter's key side may be.
+        records.push(json!({"key": format!(r#"{{"id":{key}}}"#), "value": value}));
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Json(schema),
+        Some(&Serde::String),
+        &records,
+    )
+    .await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "products");
     config.max_records = 30;
     config.topic_settings = "format = \"debezium\"\nencoding = \"json-schema\"".into();
@@ -443,33 +364,14 @@ async fn json_schema_keys_upsert_and_delete() {
         .await
         .unwrap();
     let topic = TestTopic::create(2).await;
-    let key_id = register(
-        &format!("{}-key", topic.name),
-        SchemaKind::Json,
-        JSON_SCHEMA_KEY,
-    )
-    .await;
-    let value_id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Json,
-        JSON_SCHEMA_ITEM,
-    )
-    .await;
-    assert_ne!(key_id, value_id);
     // Every column but the key as PostgreSQL prints it (`::text`, timestamps in UTC), by key.
     let mut expected: BTreeMap<i64, [Option<String>; 7]> = BTreeMap::new();
     let mut records = Vec::new();
     for i in 0..600i64 {
         let key = i * 37 % 90;
         let partition = (key % 2) as i32;
-        let key_bytes = framed(key_id, format!(r#"{{"id":{key}}}"#).as_bytes());
         if i % 7 == 3 {
-            records.push(RawRecord {
-                partition,
-                key: Some(key_bytes),
-                value: None,
-                ..Default::default()
-            });
+            records.push(json!({"key": {"id": key}, "value": null, "partition": partition}));
             expected.remove(&key);
             continue;
         }
@@ -477,12 +379,9 @@ async fn json_schema_keys_upsert_and_delete() {
         let ratio = i as f64 / 8.0;
         let second = i % 60;
         let note = (i % 3 == 0).then(|| format!("note \"{i}\""));
-        let value = format!(
-            r#"{{"name":"n{i}","qty":{qty},"ratio":{ratio},"flag":{},"at":"2024-05-06T07:08:{second:02}.123456Z","tags":["a","t{i}"],"note":{}}}"#,
-            i % 2 == 0,
-            note.as_deref()
-                .map_or("null".to_string(), |n| serde_json::to_string(n).unwrap()),
-        );
+        let value = json!({"name": format!("n{i}"), "qty": qty, "ratio": ratio, "flag": i % 2 == 0,
+            "at": format!("2024-05-06T07:08:{second:02}.123456Z"), "tags": ["a", format!("t{i}")],
+            "note": note});
         expected.insert(
             key,
             [
@@ -495,14 +394,15 @@ async fn json_schema_keys_upsert_and_delete() {
                 note,
             ],
         );
-        records.push(RawRecord {
-            partition,
-            key: Some(key_bytes),
-            value: Some(framed(value_id, value.as_bytes())),
-            ..Default::default()
-        });
+        records.push(json!({"key": {"id": key}, "value": value, "partition": partition}));
     }
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(
+        &topic.name,
+        &Serde::Json(JSON_SCHEMA_ITEM),
+        Some(&Serde::Json(JSON_SCHEMA_KEY)),
+        &records,
+    )
+    .await;
     let mut config = SinkConfig::new(&db.url, &topic.name, "items");
     config.max_records = 41;
     config.topic_settings = "format = \"json-schema\"\nkey_format = \"json-schema\"\nmode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true".into();

@@ -2,7 +2,8 @@
 //! `timetz`, `interval`, `inet`, `cidr`, `macaddr`, `macaddr8`, `citext` (an extension type,
 //! found by name), domains with NOT NULL and CHECK, bytea as hex where the column says so, and
 //! arrays of the new types; from JSON, from Kafka Connect JSON with Debezium's time and
-//! duration types, and from Avro through the real registry.
+//! duration types, and from Avro and Protobuf through the real registry (written by
+//! confluent-kafka's serializers).
 //!
 //! What landed is compared, column by column and as text, with PostgreSQL's own text input of
 //! what was produced (`(value)::time`, `::interval`, …): an oracle that shares no code with
@@ -12,17 +13,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use apache_avro::types::Value as Avro;
-use apache_avro::{Days, Millis, Months, Schema};
 use serde_json::{json, Value};
 use sqlx::Executor;
 
-use kafka_pg_sink::registry::SchemaKind;
-
+use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::connect_json::{optional, serialize, struct_of, Described};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
-use crate::helpers::registry::{framed, register, registry_url};
+use crate::helpers::registry::registry_url;
 use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::*;
 
@@ -581,36 +579,20 @@ async fn avro_durations_and_times_of_day_land_in_interval_and_time_columns() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Avro,
-        AVRO_SCHEMA,
-    )
-    .await;
-    let schema = Schema::parse_str(AVRO_SCHEMA).unwrap();
-    let row = |n: i64, d: Avro, s: &str, t: i64, tm: i32, mt: i64| {
-        Avro::Record(vec![
-            ("id".into(), Avro::Long(n)),
-            ("d".into(), d),
-            ("s".into(), Avro::String(s.into())),
-            (
-                "a".into(),
-                Avro::Duration(apache_avro::Duration::new(
-                    Months::new(14),
-                    Days::new(3),
-                    Millis::new(1_500),
-                )),
-            ),
-            ("t".into(), Avro::TimeMicros(t)),
-            ("tm".into(), Avro::TimeMillis(tm)),
-            ("mt".into(), Avro::Long(mt)),
-            ("ip".into(), Avro::String(format!("10.0.0.{n}/8"))),
-        ])
+    // Avro's duration: months, days and milliseconds, each a little-endian u32.
+    let duration: Vec<u8> = [14u32, 3, 1_500]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let duration = crate::helpers::base64_of(&duration);
+    let row = |n: i64, d: Option<i64>, s: &str, t: i64, tm: i32, mt: i64| {
+        json!({"value": {"id": n, "d": d, "s": s, "a": {"$bytes": duration},
+            "t": t, "tm": tm, "mt": mt, "ip": format!("10.0.0.{n}/8")}})
     };
-    let values = [
+    let records = [
         row(
             1,
-            Avro::Union(1, Box::new(Avro::Long(93_784_500_000))),
+            Some(93_784_500_000),
             "P1Y2M3DT4H5M6.78S",
             45_296_789_012,
             45_296_789,
@@ -618,23 +600,15 @@ async fn avro_durations_and_times_of_day_land_in_interval_and_time_columns() {
         ),
         row(
             2,
-            Avro::Union(1, Box::new(Avro::Long(-1_500_000))),
+            Some(-1_500_000),
             "P0Y0M-1DT0H0M0S",
             86_400_000_000,
             0,
             86_399_999_999,
         ),
-        row(3, Avro::Union(0, Box::new(Avro::Null)), "PT0S", 0, 1, 0),
+        row(3, None, "PT0S", 0, 1, 0),
     ];
-    let records: Vec<RawRecord> = values
-        .into_iter()
-        .map(|v| RawRecord {
-            partition: 0,
-            value: Some(framed(id, &apache_avro::to_avro_datum(&schema, v).unwrap())),
-            ..Default::default()
-        })
-        .collect();
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(&topic.name, &Serde::Avro(AVRO_SCHEMA), None, &records).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "aspans");
     config.topic_settings = "format = \"avro\"\non_error = \"dead_letter\"".into();
@@ -741,9 +715,6 @@ message Span {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn protobuf_durations_land_in_interval_columns() {
-    use prost_reflect::prost::Message as _;
-    use prost_reflect::{DynamicMessage, Value as Proto};
-
     let db = TestDb::migrated().await;
     db.pool
         .execute(
@@ -753,54 +724,24 @@ async fn protobuf_durations_land_in_interval_columns() {
         .await
         .unwrap();
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Protobuf,
-        PROTO,
-    )
-    .await;
-    let pool = crate::helpers::registry::compile_proto("span.proto", PROTO);
-    let duration = |seconds: i64, nanos: i32| {
-        let mut d = DynamicMessage::new(
-            pool.get_message_by_name("google.protobuf.Duration")
-                .unwrap(),
-        );
-        d.set_field_by_name("seconds", Proto::I64(seconds));
-        d.set_field_by_name("nanos", Proto::I32(nanos));
-        Proto::Message(d)
+    // Durations in protobuf's JSON mapping, which the serializer's message is built from.
+    let message = |n: i64, took: &str, laps: &[&str]| {
+        json!({"value": {"id": n, "took": took, "at": format!("0{n}:30:00"),
+            "ip": format!("fe80::{n}/64"), "laps": laps}})
     };
-    let message = |n: i64, took: Proto, laps: Vec<Proto>| {
-        let mut m = DynamicMessage::new(pool.get_message_by_name("kps.types.Span").unwrap());
-        m.set_field_by_name("id", Proto::I64(n));
-        m.set_field_by_name("took", took);
-        m.set_field_by_name("at", Proto::String(format!("0{n}:30:00")));
-        m.set_field_by_name("ip", Proto::String(format!("fe80::{n}/64")));
-        m.set_field_by_name("laps", Proto::List(laps));
-        // The first top-level message: the index array is the single byte 0.
-        let mut payload = vec![0];
-        payload.extend(m.encode_to_vec());
-        RawRecord {
-            partition: 0,
-            value: Some(framed(id, &payload)),
-            ..Default::default()
-        }
-    };
-    let records = vec![
-        message(
-            1,
-            duration(93_784, 500_000_000),
-            vec![duration(1, 0), duration(0, 250_000_000)],
-        ),
-        message(2, duration(-1, -500_000_000), vec![]),
+    let records = [
+        message(1, "93784.5s", &["1s", "0.25s"]),
+        message(2, "-1.5s", &[]),
         // Nanoseconds that are not whole microseconds (a Go or Java duration): dropped toward
         // the past, as for timestamps (-1 ns is -1 µs), not a dead letter.
-        message(
-            3,
-            duration(0, 1),
-            vec![duration(0, -1), duration(1, 999_999_999)],
-        ),
+        message(3, "0.000000001s", &["-0.000000001s", "1.999999999s"]),
     ];
-    produce_raw(&producer(), &topic.name, &records).await;
+    let span = Serde::Protobuf {
+        files: &[("span.proto", PROTO)],
+        file: "span.proto",
+        message: "kps.types.Span",
+    };
+    produce(&topic.name, &span, None, &records).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "pspans");
     config.topic_settings = "format = \"protobuf\"\non_error = \"dead_letter\"".into();

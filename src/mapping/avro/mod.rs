@@ -1181,10 +1181,10 @@ mod tests {
             let from_json = mapper(&with, &[], pointer_columns);
             let mut from_avro =
                 mapper(&with, &[], &format!("format = \"avro\"\n{pointer_columns}"));
-            let schema = crate::registry::RegisteredSchema {
-                kind: crate::registry::SchemaKind::Avro,
-                text: ROW_SCHEMA.into(),
-            };
+            let schema = crate::registry::RegisteredSchema::new(
+                crate::registry::SchemaKind::Avro,
+                ROW_SCHEMA,
+            );
             from_avro.learn(7, &schema).unwrap();
             let payload =
                 apache_avro::to_avro_datum(&Schema::parse_str(ROW_SCHEMA).unwrap(), value).unwrap();

@@ -92,13 +92,10 @@ impl Program {
                 }
                 match (kind, last) {
                     (Scalar::Float | Scalar::Double, Some(range)) => {
+                        // NaN and the infinities as proto3's JSON writes a wrapper: as the
+                        // value it wraps (prost-reflect writes null, which would lose them).
                         let (wide, narrow) = wrapped_float(*kind, &bytes[range])?;
-                        // serde writes a raw non-finite float as null.
-                        if wide.is_finite() {
-                            write_float(wide, narrow, out);
-                        } else {
-                            out.push_str("null");
-                        }
+                        write_float(wide, narrow, out);
                     }
                     (_, Some(range)) => {
                         self.scalar(*kind, &bytes[range], depth, occurrences, out)?;

@@ -71,6 +71,23 @@ impl Rng {
                 m.set_field_by_name("nanos", Value::I32(self.below(1_000_000_000) as i32));
                 return m;
             }
+            "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
+                // prost-reflect writes a wrapped NaN or infinity as null, the direct reader as
+                // proto3's JSON does ("NaN"): a known difference, with a test of its own.
+                let f = loop {
+                    let f = self.float();
+                    if (f as f32).is_finite() {
+                        break f;
+                    }
+                };
+                let value = if desc.full_name() == "google.protobuf.FloatValue" {
+                    Value::F32(f as f32)
+                } else {
+                    Value::F64(f)
+                };
+                m.set_field_by_name("value", value);
+                return m;
+            }
             "google.protobuf.Any" if self.chance(80) => {
                 let leaf = desc.parent_pool().get_message_by_name("extra.All.Leaf");
                 if let Some(leaf) = leaf {

@@ -61,6 +61,12 @@ impl Shapes {
         self.0 == 0
     }
 
+    /// Whether a JSON number can come from this position: for a time column, an integer
+    /// whose unit the schema does not state.
+    pub(crate) fn may_be_number(self) -> bool {
+        !self.and(Shapes::NUMBER).is_empty()
+    }
+
     fn has_null(self) -> bool {
         !self.and(Shapes::NULL).is_empty()
     }
@@ -179,7 +185,7 @@ pub(crate) fn row_field_types(
                 })
                 .collect())
         }
-        SchemaKind::Protobuf => protobuf::row_field_types(&schema.text, debezium),
+        SchemaKind::Protobuf => protobuf::row_field_types(schema, debezium),
     }
 }
 
@@ -404,14 +410,7 @@ mod tests {
     }
 
     fn types(kind: SchemaKind, text: &str, debezium: bool) -> Vec<FieldType> {
-        row_field_types(
-            &RegisteredSchema {
-                kind,
-                text: text.into(),
-            },
-            debezium,
-        )
-        .unwrap()
+        row_field_types(&RegisteredSchema::new(kind, text), debezium).unwrap()
     }
 
     /// Each field's fit into a column of `ty`, by field name.

@@ -7,8 +7,11 @@ use super::{FieldType, Shapes};
 
 /// The types of the first message's fields (the `after` message's for Debezium), in
 /// declaration order.
-pub(super) fn row_field_types(source: &str, debezium: bool) -> Result<Vec<FieldType>, String> {
-    let mut message = first_message(source)?;
+pub(super) fn row_field_types(
+    schema: &crate::registry::RegisteredSchema,
+    debezium: bool,
+) -> Result<Vec<FieldType>, String> {
+    let mut message = first_message(schema)?;
     if debezium {
         message = match message.get_field_by_name("after").map(|f| f.kind()) {
             Some(Kind::Message(after)) => after,
@@ -103,6 +106,6 @@ fn protobuf_spelling(field: &FieldDescriptor) -> String {
 /// The first message of a registered `.proto` (what message index `[0]` selects), compiled by
 /// the same code the transcoder and `ddl` use; `check` has already compiled it there, so an
 /// error here is only repeated.
-fn first_message(source: &str) -> Result<MessageDescriptor, String> {
-    crate::proto::resolve(&crate::proto::compile(source)?, &[0])
+fn first_message(schema: &crate::registry::RegisteredSchema) -> Result<MessageDescriptor, String> {
+    crate::proto::resolve(&crate::proto::compile_registered(schema)?, &[0])
 }

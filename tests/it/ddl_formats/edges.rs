@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use prost_reflect::prost::Message as _;
-use prost_reflect::{DynamicMessage, MapKey, Value};
-
 use kafka_pg_sink::registry::SchemaKind;
 
-use super::{column_types, message, proto_pool};
+use serde_json::json;
+
+use super::column_types;
+use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::registry::{framed, register, registry_url};
@@ -64,144 +64,41 @@ const EDGE_COLUMNS: &[&str] = &[
 async fn protobuf_extremes_land_in_the_created_columns() {
     let db = TestDb::migrated().await;
     let topic = TestTopic::create(1).await;
-    let id = register(
-        &format!("{}-value", topic.name),
-        SchemaKind::Protobuf,
-        EDGE_PROTO,
-    )
-    .await;
-    let pool = proto_pool(EDGE_PROTO);
-    let desc = pool.get_message_by_name("kps.edge.Edge").unwrap();
-    let ts = |seconds: i64, nanos: i32| {
-        message(
-            &pool,
-            "google.protobuf.Timestamp",
-            &[
-                ("seconds", Value::I64(seconds)),
-                ("nanos", Value::I32(nanos)),
-            ],
-        )
+    // Protobuf's JSON mapping, which the serializer's message is built from: NaN and the
+    // infinities as strings, enum numbers the schema does not name as numbers.
+    let values = [
+        json!({
+            "id": 0, "i64": i64::MIN.to_string(), "i32": i32::MIN,
+            "u64": u64::MAX.to_string(), "f": "NaN", "d": "NaN", "e": 7,
+            // The first Timestamp there is.
+            "at": "0001-01-01T00:00:00Z", "took": "-1.5s",
+            "ds": ["NaN", "Infinity", "-Infinity", 1e308],
+            "fs": ["Infinity", "-Infinity", f32::MAX as f64, 1e-45],
+            "bs": ["", "AP8="], "us": [u64::MAX.to_string(), "0"], "es": [1, 9],
+            "mask": "a.b,c", "empty": {}, "by_n": {"-1": "x"},
+            "node": {"v": 1, "next": {"v": 2, "next": {"v": 3}}}, "s": "picked",
+        }),
+        json!({
+            "id": 1, "i64": i64::MAX.to_string(), "i32": i32::MAX, "f": "Infinity",
+            "d": "-Infinity", "b": "+/8=", "e": "ONE",
+            // The last Timestamp there is: nanoseconds are dropped toward the past, as for
+            // every timestamp.
+            "at": "9999-12-31T23:59:59.999999999Z",
+            // A Go `time.Duration` or Java `Duration` measured in nanoseconds.
+            "took": "1.000000001s", "n": "-5",
+        }),
+        json!({
+            "id": 2, "f": "-Infinity", "d": "Infinity", "at": "1970-01-01T00:00:00.000000001Z",
+            "took": "-0.000001999s",
+        }),
+    ];
+    let records: Vec<serde_json::Value> = values.iter().map(|v| json!({"value": v})).collect();
+    let edge = Serde::Protobuf {
+        files: &[("edge.proto", EDGE_PROTO)],
+        file: "edge.proto",
+        message: "kps.edge.Edge",
     };
-    let dur = |seconds: i64, nanos: i32| {
-        message(
-            &pool,
-            "google.protobuf.Duration",
-            &[
-                ("seconds", Value::I64(seconds)),
-                ("nanos", Value::I32(nanos)),
-            ],
-        )
-    };
-    let node = |v: i32, next: Option<Value>| {
-        let mut fields = vec![("v", Value::I32(v))];
-        if let Some(next) = next {
-            fields.push(("next", next));
-        }
-        message(&pool, "kps.edge.Edge.Node", &fields)
-    };
-    let mut values = Vec::new();
-
-    let mut m = DynamicMessage::new(desc.clone());
-    m.set_field_by_name("id", Value::I64(0));
-    m.set_field_by_name("i64", Value::I64(i64::MIN));
-    m.set_field_by_name("i32", Value::I32(i32::MIN));
-    m.set_field_by_name("u64", Value::U64(u64::MAX));
-    m.set_field_by_name("f", Value::F32(f32::NAN));
-    m.set_field_by_name("d", Value::F64(f64::NAN));
-    m.set_field_by_name("e", Value::EnumNumber(7));
-    // The first Timestamp there is, 0001-01-01T00:00:00Z.
-    m.set_field_by_name("at", ts(-62_135_596_800, 0));
-    m.set_field_by_name("took", dur(-1, -500_000_000));
-    m.set_field_by_name(
-        "ds",
-        Value::List(vec![
-            Value::F64(f64::NAN),
-            Value::F64(f64::INFINITY),
-            Value::F64(f64::NEG_INFINITY),
-            Value::F64(1e308),
-        ]),
-    );
-    m.set_field_by_name(
-        "fs",
-        Value::List(vec![
-            Value::F32(f32::INFINITY),
-            Value::F32(f32::NEG_INFINITY),
-            Value::F32(f32::MAX),
-            Value::F32(1e-45),
-        ]),
-    );
-    m.set_field_by_name(
-        "bs",
-        Value::List(vec![
-            Value::Bytes(Vec::new().into()),
-            Value::Bytes(vec![0, 0xff].into()),
-        ]),
-    );
-    m.set_field_by_name("us", Value::List(vec![Value::U64(u64::MAX), Value::U64(0)]));
-    m.set_field_by_name(
-        "es",
-        Value::List(vec![Value::EnumNumber(1), Value::EnumNumber(9)]),
-    );
-    m.set_field_by_name(
-        "mask",
-        message(
-            &pool,
-            "google.protobuf.FieldMask",
-            &[(
-                "paths",
-                Value::List(vec![Value::String("a.b".into()), Value::String("c".into())]),
-            )],
-        ),
-    );
-    m.set_field_by_name("empty", message(&pool, "google.protobuf.Empty", &[]));
-    m.set_field_by_name(
-        "by_n",
-        Value::Map(
-            [(MapKey::I32(-1), Value::String("x".into()))]
-                .into_iter()
-                .collect(),
-        ),
-    );
-    m.set_field_by_name("node", node(1, Some(node(2, Some(node(3, None))))));
-    m.set_field_by_name("s", Value::String("picked".into()));
-    values.push(m);
-
-    let mut m = DynamicMessage::new(desc.clone());
-    m.set_field_by_name("id", Value::I64(1));
-    m.set_field_by_name("i64", Value::I64(i64::MAX));
-    m.set_field_by_name("i32", Value::I32(i32::MAX));
-    m.set_field_by_name("f", Value::F32(f32::INFINITY));
-    m.set_field_by_name("d", Value::F64(f64::NEG_INFINITY));
-    m.set_field_by_name("b", Value::Bytes(vec![0xfb, 0xff].into()));
-    m.set_field_by_name("e", Value::EnumNumber(1));
-    // The last Timestamp there is, 9999-12-31T23:59:59.999999999Z: nanoseconds are dropped
-    // toward the past, as for every timestamp.
-    m.set_field_by_name("at", ts(253_402_300_799, 999_999_999));
-    // A Go `time.Duration` or Java `Duration` measured in nanoseconds.
-    m.set_field_by_name("took", dur(1, 1));
-    m.set_field_by_name("n", Value::I64(-5));
-    values.push(m);
-
-    let mut m = DynamicMessage::new(desc.clone());
-    m.set_field_by_name("id", Value::I64(2));
-    m.set_field_by_name("f", Value::F32(f32::NEG_INFINITY));
-    m.set_field_by_name("d", Value::F64(f64::INFINITY));
-    m.set_field_by_name("at", ts(0, 1));
-    m.set_field_by_name("took", dur(0, -1_999));
-    values.push(m);
-
-    let records: Vec<RawRecord> = values
-        .iter()
-        .map(|m| {
-            let mut payload = vec![0];
-            payload.extend(m.encode_to_vec());
-            RawRecord {
-                value: Some(framed(id, &payload)),
-                ..Default::default()
-            }
-        })
-        .collect();
-    produce_raw(&producer(), &topic.name, &records).await;
+    produce(&topic.name, &edge, None, &records).await;
 
     let mut config = SinkConfig::new(&db.url, &topic.name, "edges");
     config.metadata = String::new();

@@ -1,5 +1,6 @@
 //! Shared test machinery: real services, a database and topics per test, the real binary.
 
+pub mod confluent;
 pub mod connect_json;
 pub mod db;
 pub mod fetch_floor;

@@ -118,17 +118,6 @@ async fn try_register(
         .unwrap_or_else(|| panic!("register {subject}: no id in {answer}")))
 }
 
-/// A `.proto` source compiled as the producer's serializer (and the sink, from the
-/// registry) has it, its imports (the well-known types) included; `file` is its name.
-pub fn compile_proto(file: &str, source: &str) -> prost_reflect::DescriptorPool {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(file), source).unwrap();
-    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
-    compiler.include_imports(true);
-    compiler.open_file(file).unwrap();
-    compiler.descriptor_pool()
-}
-
 /// A payload in the Confluent wire format: magic byte 0, the schema id big-endian, the payload.
 pub fn framed(id: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + payload.len());

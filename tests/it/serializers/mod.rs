@@ -1,0 +1,183 @@
+//! The registry formats as confluent-kafka's own serializers write them (issue 25): records
+//! holding every type each serializer can write, produced by the real AvroSerializer,
+//! ProtobufSerializer and JSONSerializer (which register their schemas themselves), through the
+//! sink into a table made by hand per README's type table and into one `auto_create` makes;
+//! every column compared with PostgreSQL's own reading of the produced value. And `check` on
+//! such topics.
+
+mod avro;
+mod check_units;
+mod json_schema;
+mod protobuf;
+
+use std::time::Duration;
+
+use sqlx::Executor;
+
+use crate::helpers::db::TestDb;
+use crate::helpers::kafka::TestTopic;
+use crate::helpers::registry::registry_url;
+use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::wait_drained;
+
+/// One column of a fixture table.
+pub struct Col {
+    pub name: &'static str,
+    /// Its type as README's table gives it (what `auto_create` must make too), with
+    /// `NOT NULL` where the field cannot be absent.
+    pub sql: &'static str,
+    /// How PostgreSQL reads the produced value (`$1`, text) into the column's type; `None`
+    /// is `$1::<sql type>`.
+    pub read: Option<&'static str>,
+}
+
+impl Col {
+    pub const fn new(name: &'static str, sql: &'static str) -> Self {
+        Self {
+            name,
+            sql,
+            read: None,
+        }
+    }
+
+    pub const fn read(name: &'static str, sql: &'static str, read: &'static str) -> Self {
+        Self {
+            name,
+            sql,
+            read: Some(read),
+        }
+    }
+
+    fn base_type(&self) -> &'static str {
+        self.sql.trim_end_matches(" NOT NULL").trim()
+    }
+}
+
+/// A `text[]`/`int8[]`/... read from the JSON array the producer wrote.
+pub const fn array_read(name: &'static str, sql: &'static str) -> Col {
+    Col::read(
+        name,
+        sql,
+        "ARRAY(SELECT jsonb_array_elements_text($1::jsonb))",
+    )
+}
+
+/// `CREATE TABLE` of the fixture's columns, `id` the primary key.
+pub fn create_table(table: &str, cols: &[Col]) -> String {
+    let body = cols
+        .iter()
+        .map(|c| {
+            if c.name == "id" {
+                format!("{} {} PRIMARY KEY", c.name, c.base_type())
+            } else {
+                format!("{} {}", c.name, c.sql)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("CREATE TABLE {table} ({body})")
+}
+
+/// Each produced row (one text per column, `None` for absent) as PostgreSQL prints the value
+/// read into the column's type, in UTC: what the table must hold.
+pub async fn expected_rows(
+    db: &TestDb,
+    cols: &[Col],
+    produced: &[Vec<Option<String>>],
+) -> Vec<Vec<Option<String>>> {
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    conn.execute("SET TIME ZONE 'UTC'").await.expect("UTC");
+    let mut rows = Vec::new();
+    for row in produced {
+        assert_eq!(row.len(), cols.len(), "one value per column");
+        let mut out = Vec::new();
+        for (col, value) in cols.iter().zip(row) {
+            let Some(value) = value else {
+                out.push(None);
+                continue;
+            };
+            let read = col
+                .read
+                .map(|r| format!("({r})::{}", col.base_type()))
+                .unwrap_or_else(|| format!("$1::{}", col.base_type()));
+            let text: Option<String> = sqlx::query_scalar(&format!("SELECT ({read})::text"))
+                .bind(value)
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL reads {value:?} as {}: {e}", col.sql));
+            out.push(text);
+        }
+        rows.push(out);
+    }
+    rows
+}
+
+/// Each column's type (`format_type`) and whether it is NOT NULL, in column order.
+pub async fn catalog(db: &TestDb, table: &str) -> Vec<(String, String, bool)> {
+    sqlx::query_as(
+        "SELECT attname::text, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
+         WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+    )
+    .bind(table)
+    .fetch_all(&db.pool)
+    .await
+    .expect("read the catalog")
+}
+
+/// A sink config for a registry topic, without metadata columns.
+pub fn registry_config(db: &TestDb, topic: &TestTopic, table: &str, settings: &str) -> SinkConfig {
+    let mut config = SinkConfig::new(&db.url, &topic.name, table);
+    config.topic_settings = settings.into();
+    config.metadata = String::new();
+    config.extra = format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url());
+    config
+}
+
+/// Runs a sink on `config` until its group has consumed the whole topic, then stops it,
+/// which must succeed.
+pub async fn drain(db: &TestDb, config: &SinkConfig, topic: &TestTopic) {
+    let mut sink = Sink::start(config, &config.table);
+    wait_drained(db, &config.group, topic, Duration::from_secs(120)).await;
+    assert!(
+        sink.stop().success(),
+        "the sink on {} stopped cleanly",
+        config.table
+    );
+}
+
+/// The fixture's rows in both tables, `hand` (made from README's type table) and `auto` (made
+/// by `auto_create`), each equal to `expected`; the auto table's columns of README's types.
+pub async fn assert_both_tables(
+    db: &TestDb,
+    cols: &[Col],
+    hand: &str,
+    auto: &str,
+    expected: &[Vec<Option<String>>],
+) {
+    let names: Vec<&str> = cols.iter().map(|c| c.name).collect();
+    for table in [hand, auto] {
+        let rows = db.rows_as_text(table, &names).await;
+        assert_eq!(rows.len(), expected.len(), "{table}: one row per record");
+        for (i, (row, want)) in rows.iter().zip(expected).enumerate() {
+            for ((name, got), want) in names.iter().zip(row).zip(want) {
+                assert_eq!(got, want, "{table}, record {i}, column {name}");
+            }
+        }
+    }
+    let made = catalog(db, auto).await;
+    let declared = catalog(db, hand).await;
+    assert_eq!(
+        made.iter().map(|(n, t, _)| (n, t)).collect::<Vec<_>>(),
+        declared.iter().map(|(n, t, _)| (n, t)).collect::<Vec<_>>(),
+        "auto_create made README's column types"
+    );
+    for ((name, _, not_null), col) in made.iter().zip(cols) {
+        if name != "id" {
+            assert_eq!(
+                *not_null,
+                col.sql.ends_with("NOT NULL"),
+                "auto_create's NOT NULL on {name}"
+            );
+        }
+    }
+}
