@@ -5,14 +5,11 @@
 use serde_json::{json, Value};
 use sqlx::Executor;
 
-use super::{
-    array_read, assert_both_tables, create_table, drain, expected_rows, registry_config, Col,
-};
+use super::{array_read, assert_fixture_lands, create_table, fixture_sinks, Col};
 use crate::helpers::base64_of;
 use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
-use crate::helpers::sink::{run_cli, ConfigFile};
 
 const EVERY: &str = r#"{
   "$schema": "http://json-schema.org/draft-07/schema#", "title": "Every", "type": "object",
@@ -167,26 +164,6 @@ async fn python_json_schema_serializer_records_land_with_every_type_and_format()
     )
     .await;
 
-    let hand = registry_config(&db, &topic, "hand", "format = \"json-schema\"");
-    let auto = registry_config(
-        &db,
-        &topic,
-        "auto",
-        "format = \"json-schema\"\nauto_create = true",
-    );
-    let check = ConfigFile::new(&hand.toml());
-    let out = run_cli(&["check", "--config", check.arg()]).await;
-    assert!(
-        out.status.success() && !out.stdout.contains("PROBLEMS"),
-        "check on the serializer's topic: {}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    tokio::join!(drain(&db, &hand, &topic), drain(&db, &auto, &topic));
-    let expected = expected_rows(&db, COLS, &produced).await;
-    assert_both_tables(&db, COLS, "hand", "auto", &expected).await;
-    assert!(
-        db.dead_letters_of(&topic.name).await.is_empty(),
-        "no dead letters"
-    );
+    let sinks = fixture_sinks(&db, &topic, "json-schema").await;
+    assert_fixture_lands(&db, &topic, COLS, sinks, &produced).await;
 }

@@ -17,7 +17,7 @@ use sqlx::Executor;
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
 use crate::helpers::registry::registry_url;
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::wait_drained;
 
 /// One column of a fixture table.
@@ -142,6 +142,50 @@ pub async fn drain(db: &TestDb, config: &SinkConfig, topic: &TestTopic) {
         sink.stop().success(),
         "the sink on {} stopped cleanly",
         config.table
+    );
+}
+
+/// The fixture's two sinks for `format`: one into the hand-made table `hand`, one into `auto`,
+/// which `auto_create` makes; `check` must pass on the first.
+pub async fn fixture_sinks(
+    db: &TestDb,
+    topic: &TestTopic,
+    format: &str,
+) -> (SinkConfig, SinkConfig) {
+    let settings = format!("format = \"{format}\"");
+    let hand = registry_config(db, topic, "hand", &settings);
+    let auto = registry_config(
+        db,
+        topic,
+        "auto",
+        &format!("{settings}\nauto_create = true"),
+    );
+    let check = ConfigFile::new(&hand.toml());
+    let out = run_cli(&["check", "--config", check.arg()]).await;
+    assert!(
+        out.status.success() && !out.stdout.contains("PROBLEMS"),
+        "check on the serializer's topic: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    (hand, auto)
+}
+
+/// Drains both fixture sinks; then every column of both tables equals what was `produced`,
+/// and no record became a dead letter.
+pub async fn assert_fixture_lands(
+    db: &TestDb,
+    topic: &TestTopic,
+    cols: &[Col],
+    (hand, auto): (SinkConfig, SinkConfig),
+    produced: &[Vec<Option<String>>],
+) {
+    tokio::join!(drain(db, &hand, topic), drain(db, &auto, topic));
+    let expected = expected_rows(db, cols, produced).await;
+    assert_both_tables(db, cols, "hand", "auto", &expected).await;
+    assert!(
+        db.dead_letters_of(&topic.name).await.is_empty(),
+        "no dead letters"
     );
 }
 

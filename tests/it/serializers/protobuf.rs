@@ -7,9 +7,7 @@
 use serde_json::{json, Value};
 use sqlx::Executor;
 
-use super::{
-    array_read, assert_both_tables, create_table, drain, expected_rows, registry_config, Col,
-};
+use super::{array_read, assert_fixture_lands, create_table, fixture_sinks, Col};
 use crate::helpers::confluent::{produce, Serde};
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::TestTopic;
@@ -358,23 +356,9 @@ async fn python_protobuf_serializer_records_land_with_every_type_and_check_passe
     };
     produce(&topic.name, &value, Some(&Serde::String), &records).await;
 
-    let hand = registry_config(&db, &topic, "hand", "format = \"protobuf\"");
-    let auto = registry_config(
-        &db,
-        &topic,
-        "auto",
-        "format = \"protobuf\"\nauto_create = true",
-    );
-    let check = ConfigFile::new(&hand.toml());
-    let out = run_cli(&["check", "--config", check.arg()]).await;
-    assert!(
-        out.status.success() && !out.stdout.contains("PROBLEMS"),
-        "check on the serializer's topic: {}\n{}",
-        out.stdout,
-        out.stderr
-    );
+    let sinks = fixture_sinks(&db, &topic, "protobuf").await;
     // `--plan` compiles the same descriptor (and its reference) for the table it would create.
-    let plan = ConfigFile::new(&auto.toml());
+    let plan = ConfigFile::new(&sinks.1.toml());
     let out = run_cli(&["check", "--plan", "--config", plan.arg()]).await;
     assert!(
         out.status.success()
@@ -384,11 +368,5 @@ async fn python_protobuf_serializer_records_land_with_every_type_and_check_passe
         out.stdout,
         out.stderr
     );
-    tokio::join!(drain(&db, &hand, &topic), drain(&db, &auto, &topic));
-    let expected = expected_rows(&db, COLS, &produced).await;
-    assert_both_tables(&db, COLS, "hand", "auto", &expected).await;
-    assert!(
-        db.dead_letters_of(&topic.name).await.is_empty(),
-        "no dead letters"
-    );
+    assert_fixture_lands(&db, &topic, COLS, sinks, &produced).await;
 }
