@@ -2,13 +2,10 @@
 //! writes, with their extremes, through the sink into README's columns.
 
 use serde_json::{json, Value};
-use sqlx::Executor;
 
-use super::{array_read, assert_fixture_lands, create_table, fixture_sinks, Col};
+use super::{array_read, assert_fixture_lands, fixture_sinks, Col, Fixture};
 use crate::helpers::base64_of;
 use crate::helpers::confluent::{produce, Serde};
-use crate::helpers::db::TestDb;
-use crate::helpers::kafka::TestTopic;
 
 const EVERY: &str = r#"{
   "type": "record", "name": "Every", "namespace": "kps.fixture",
@@ -305,18 +302,12 @@ fn every(i: i64) -> (Value, Vec<Option<String>>) {
 /// and `check` passes.
 #[tokio::test(flavor = "multi_thread")]
 async fn python_avro_serializer_records_land_with_every_type_and_logical_type() {
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(create_table("hand", COLS).as_str())
-        .await
-        .unwrap();
-    let topic = TestTopic::create(1).await;
-    let (records, produced): (Vec<Value>, Vec<_>) = (0..12)
-        .map(|i| {
-            let (value, row) = every(i);
-            (json!({"key": i.to_string(), "value": value}), row)
-        })
-        .unzip();
+    let Fixture {
+        db,
+        topic,
+        records,
+        produced,
+    } = Fixture::new(COLS, every).await;
     produce(
         &topic.name,
         &Serde::Avro(EVERY),

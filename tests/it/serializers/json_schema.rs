@@ -3,13 +3,10 @@
 //! Connect's `connect.type`s among them, with their extremes.
 
 use serde_json::{json, Value};
-use sqlx::Executor;
 
-use super::{array_read, assert_fixture_lands, create_table, fixture_sinks, Col};
+use super::{array_read, assert_fixture_lands, fixture_sinks, Col, Fixture};
 use crate::helpers::base64_of;
 use crate::helpers::confluent::{produce, Serde};
-use crate::helpers::db::TestDb;
-use crate::helpers::kafka::TestTopic;
 
 const EVERY: &str = r#"{
   "$schema": "http://json-schema.org/draft-07/schema#", "title": "Every", "type": "object",
@@ -144,18 +141,12 @@ fn every(i: i64) -> (Value, Vec<Option<String>>) {
 /// what was produced, and `check` passes.
 #[tokio::test(flavor = "multi_thread")]
 async fn python_json_schema_serializer_records_land_with_every_type_and_format() {
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(create_table("hand", COLS).as_str())
-        .await
-        .unwrap();
-    let topic = TestTopic::create(1).await;
-    let (records, produced): (Vec<Value>, Vec<_>) = (0..12)
-        .map(|i| {
-            let (value, row) = every(i);
-            (json!({"key": i.to_string(), "value": value}), row)
-        })
-        .unzip();
+    let Fixture {
+        db,
+        topic,
+        records,
+        produced,
+    } = Fixture::new(COLS, every).await;
     produce(
         &topic.name,
         &Serde::Json(EVERY),

@@ -12,6 +12,7 @@ mod protobuf;
 
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
@@ -143,6 +144,40 @@ pub async fn drain(db: &TestDb, config: &SinkConfig, topic: &TestTopic) {
         "the sink on {} stopped cleanly",
         config.table
     );
+}
+
+/// What a fixture produces: 12 records from `every` (value and the row each must become),
+/// keyed by their number, a database holding the hand-made table `hand` of `cols`, and a topic.
+pub struct Fixture {
+    pub db: TestDb,
+    pub topic: TestTopic,
+    /// `{"key", "value"}` per record, as `confluent::produce` takes them.
+    pub records: Vec<Value>,
+    /// Per record, the text of each column's value.
+    pub produced: Vec<Vec<Option<String>>>,
+}
+
+impl Fixture {
+    pub async fn new(cols: &[Col], every: fn(i64) -> (Value, Vec<Option<String>>)) -> Self {
+        let db = TestDb::migrated().await;
+        db.pool
+            .execute(create_table("hand", cols).as_str())
+            .await
+            .unwrap();
+        let topic = TestTopic::create(1).await;
+        let (records, produced) = (0..12)
+            .map(|i| {
+                let (value, row) = every(i);
+                (json!({"key": i.to_string(), "value": value}), row)
+            })
+            .unzip();
+        Self {
+            db,
+            topic,
+            records,
+            produced,
+        }
+    }
 }
 
 /// The fixture's two sinks for `format`: one into the hand-made table `hand`, one into `auto`,

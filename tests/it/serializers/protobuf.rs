@@ -5,12 +5,9 @@
 //! imported message, with their extremes.
 
 use serde_json::{json, Value};
-use sqlx::Executor;
 
-use super::{array_read, assert_fixture_lands, create_table, fixture_sinks, Col};
+use super::{array_read, assert_fixture_lands, fixture_sinks, Col, Fixture};
 use crate::helpers::confluent::{produce, Serde};
-use crate::helpers::db::TestDb;
-use crate::helpers::kafka::TestTopic;
 use crate::helpers::sink::{run_cli, ConfigFile};
 
 const MONEY: &str = r#"syntax = "proto3";
@@ -337,18 +334,12 @@ fn every(i: i64) -> (Value, Vec<Option<String>>) {
 /// ("the .proto schema does not compile: line 1, column 1 …") and `check` exited 1.
 #[tokio::test(flavor = "multi_thread")]
 async fn python_protobuf_serializer_records_land_with_every_type_and_check_passes() {
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(create_table("hand", COLS).as_str())
-        .await
-        .unwrap();
-    let topic = TestTopic::create(1).await;
-    let (records, produced): (Vec<Value>, Vec<_>) = (0..12)
-        .map(|i| {
-            let (value, row) = every(i);
-            (json!({"key": i.to_string(), "value": value}), row)
-        })
-        .unzip();
+    let Fixture {
+        db,
+        topic,
+        records,
+        produced,
+    } = Fixture::new(COLS, every).await;
     let value = Serde::Protobuf {
         files: &[("every.proto", EVERY), ("kps/common/money.proto", MONEY)],
         file: "every.proto",
