@@ -56,6 +56,7 @@ pub(crate) fn settings_for<'a>(
     stub.columns.clear();
     stub.metadata = Default::default();
     stub.time_units.clear();
+    stub.bytea_encoding.clear();
     stub.json_text.clear();
     stub.delete_on_tombstone = false;
     Cow::Owned(stub)

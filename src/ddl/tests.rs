@@ -409,3 +409,23 @@ fn a_protobuf_schema_is_read_once_per_id_and_message() {
     // Value 7 [0], value 7 [1], then value 7 [0] with key 9 [0] (both fetched).
     assert_eq!(fetched, [7, 7, 7, 9]);
 }
+
+/// A table still to be created has no columns to check per-column settings against: each of
+/// them (`time_units`, `bytea_encoding`, `json_text`) waits for the created table, whose
+/// mapping is built with the topic's own settings. `bytea_encoding` was checked against the
+/// missing table, so `auto_create` with it was refused at startup.
+#[test]
+fn per_column_settings_wait_for_the_created_table() {
+    use figment::providers::{Format as _, Toml};
+    let settings: TopicSettings = figment::Figment::from(Toml::string(
+        "name = \"t\"\ntable = \"t\"\nformat = \"connect-json\"\nauto_create = true\n\
+         json_text = [\"doc\"]\n[time_units]\nat = \"us\"\n[bytea_encoding]\nb = \"hex\"\n",
+    ))
+    .extract()
+    .unwrap();
+    let table = missing_table(&settings, "t");
+    let checked = settings_for(&settings, &table);
+    if let Err(e) = crate::mapping::TopicMapper::new(&checked, std::sync::Arc::new(table)) {
+        panic!("a missing table refused the topic's settings: {e}");
+    }
+}
