@@ -16,6 +16,8 @@ pub const BATCHES_COMMITTED: &str = "kafka_pg_sink_batches_committed_total";
 /// Upsert writes of a table that went in by a plain COPY (every key new) instead of the
 /// merge, by table: flat on a stream of updates, one per batch on a stream of new keys.
 pub const UPSERTS_COPIED: &str = "kafka_pg_sink_upserts_copied_total";
+/// Merges beyond the first that committed batches' repeated keys cost, by table.
+pub const UPSERT_ROUNDS: &str = "kafka_pg_sink_upsert_rounds_total";
 /// Failed transactions by reason: `transient` and `fenced` heal; `rejected` needs a person.
 pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
 /// Commits the offset fence refused: another owner, or a position moved by `offsets reset`.
@@ -78,6 +80,10 @@ fn describe() {
     describe_counter!(
         UPSERTS_COPIED,
         "Upsert writes of a table made by a plain COPY because every key was new, by table"
+    );
+    describe_counter!(
+        UPSERT_ROUNDS,
+        "Merges beyond the first that batches naming a key more than once cost, by table (a table whose rules the probe cannot stand for)"
     );
     describe_counter!(
         BATCH_FAILURES,

@@ -84,6 +84,10 @@ impl Stats {
         for table in &r.copied {
             metrics::counter!(meters::UPSERTS_COPIED, "table" => table.clone()).increment(1);
         }
+        for (table, extra) in &r.rounds {
+            metrics::counter!(meters::UPSERT_ROUNDS, "table" => table.clone())
+                .increment(u64::from(*extra));
+        }
     }
 
     /// A batch that failed and will be rewound and retried.

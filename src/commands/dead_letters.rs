@@ -358,7 +358,7 @@ async fn apply_replayed(
         )
         .await
         {
-            Ok(()) => None,
+            Ok(_) => None,
             Err(e) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")
                     .execute(&mut **tx)

@@ -42,7 +42,7 @@ impl Pipeline {
     /// A result, or a writer's death.
     pub(super) fn on_event(&mut self, event: WriterEvent) {
         match event {
-            WriterEvent::Done(result) => self.on_result(result),
+            WriterEvent::Done(result) => self.on_result(*result),
             WriterEvent::Gone { lane, reason } => self.writer_gone(lane, reason),
         }
     }

@@ -292,7 +292,7 @@ impl FakeWriters {
         };
         let committed = matches!(outcome, Outcome::Committed);
         let rows = if committed { rows_of(&batch).len() } else { 0 };
-        w.ready.push_back(WriterEvent::Done(WriteResult {
+        w.ready.push_back(WriterEvent::Done(Box::new(WriteResult {
             lane,
             batch_id: batch.id,
             records: batch.records,
@@ -303,8 +303,9 @@ impl FakeWriters {
             dead_letters: 0,
             tables: vec![("t".into(), rows)],
             copied: Vec::new(),
+            rounds: Vec::new(),
             offsets: batch.offsets.clone(),
-        }));
+        })));
         true
     }
 }

@@ -79,6 +79,8 @@ pub struct WriteResult {
     pub tables: Vec<(String, usize)>,
     /// Tables whose upserts were written by a plain COPY instead of the merge.
     pub copied: Vec<String>,
+    /// Per table, the merges beyond the first that repeated keys cost (`rounds`).
+    pub rounds: Vec<(String, u32)>,
     /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
@@ -96,8 +98,9 @@ pub struct WriterConfig {
 /// What a writer tells the consumer thread.
 #[derive(Debug)]
 pub enum WriterEvent {
-    /// The outcome of one batch.
-    Done(WriteResult),
+    /// The outcome of one batch (boxed: it is far larger than `Gone`, and events wait in a
+    /// channel).
+    Done(Box<WriteResult>),
     /// The writer task ended while the sink still needed it (it panicked): every batch it held
     /// is unanswered, so the sink must stop rather than wait.
     Gone { lane: usize, reason: String },
@@ -212,9 +215,10 @@ async fn run(
             dead_letters: written.dead_letters,
             tables: written.tables,
             copied: written.copied,
+            rounds: written.rounds,
             offsets: batch.offsets.clone(),
         };
-        if results.send(WriterEvent::Done(result)).is_err() {
+        if results.send(WriterEvent::Done(Box::new(result))).is_err() {
             break;
         }
     }

@@ -152,6 +152,14 @@ impl Rounds {
         run(conn, &write.statements).await
     }
 
+    /// The merges beyond the first `write` takes: none where its probe stands for the rounds.
+    pub(super) fn extra_merges(&self, write: &TableWrite) -> u32 {
+        match write.probe {
+            Some(_) => 0,
+            None => self.count - 1,
+        }
+    }
+
     /// How many rounds the write takes.
     pub(super) fn count(&self) -> u32 {
         self.count

@@ -23,6 +23,8 @@ pub(super) struct Written {
     pub(super) tables: Vec<(String, usize)>,
     /// Tables whose upserts went in by a plain COPY.
     pub(super) copied: Vec<String>,
+    /// Per table, the merges beyond the first its repeated keys cost.
+    pub(super) rounds: Vec<(String, u32)>,
     /// The record the batch was committed without.
     refused: Option<Refused>,
 }
@@ -119,7 +121,8 @@ async fn find_refused(
     let mut dead = Vec::new();
     let mut found = None;
     for write in &batch.writes {
-        found = apply_rows(&mut tx, write, staged, first, &mut dead, true).await?;
+        let rounds = Rounds::of(&write.copies, &write.keys_at);
+        found = apply_rows(&mut tx, write, &rounds, staged, first, &mut dead, true).await?;
         if found.is_some() {
             break;
         }
@@ -196,11 +199,15 @@ async fn transact(
     }
     let mut dead = batch.dead_letters.clone();
     let mut tables = Vec::with_capacity(batch.writes.len());
+    let mut rounds = Vec::new();
     for write in &batch.writes {
         let before = dead.len();
-        apply_table(&mut tx, write, staged, first, &mut dead)
+        let extra = apply_table(&mut tx, write, staged, first, &mut dead)
             .await
             .map_err(classify)?;
+        if extra > 0 {
+            rounds.push((write.table.clone(), extra));
+        }
         // A refused row became a dead letter instead of a row.
         tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
     }
@@ -224,6 +231,7 @@ async fn transact(
         dead_letters: dead.len(),
         tables,
         copied: first.take_copied(),
+        rounds,
         refused: None,
     })
 }
@@ -278,17 +286,18 @@ async fn defer_constraints(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// Writes one table's rows. Where rejected rows become dead letters, the rows are applied
 /// under a savepoint; a range PostgreSQL refuses for a row's data is split in halves until
 /// each refused row stands alone and is dead-lettered, in record order, so the rest commits.
+/// Returns the merges beyond the first that the write's repeated keys cost (its rounds).
 pub async fn apply_table(
     conn: &mut PgConnection,
     write: &TableWrite,
     staged: &mut HashSet<String>,
     first: &mut CopyFirst,
     dead: &mut Vec<DeadLetter>,
-) -> Result<(), sqlx::Error> {
+) -> Result<u32, sqlx::Error> {
+    let rounds = Rounds::of(&write.copies, &write.keys_at);
     // Only a search returns a refused row; otherwise it is an error.
-    apply_rows(conn, write, staged, first, dead, false)
-        .await
-        .map(|_| ())
+    apply_rows(conn, write, &rounds, staged, first, dead, false).await?;
+    Ok(rounds.extra_merges(write))
 }
 
 /// `apply_table`, and with `search` also for a topic that stops on errors: its first refused
@@ -296,6 +305,7 @@ pub async fn apply_table(
 async fn apply_rows(
     conn: &mut PgConnection,
     write: &TableWrite,
+    rounds: &Rounds,
     staged: &mut HashSet<String>,
     first: &mut CopyFirst,
     dead: &mut Vec<DeadLetter>,
@@ -319,9 +329,8 @@ async fn apply_rows(
         }
     }
     let (lo, hi) = write.span();
-    let rounds = Rounds::of(&write.copies, &write.keys_at);
     if write.dead_letters.is_none() && !search {
-        return apply_range(conn, write, &rounds, first, lo, hi)
+        return apply_range(conn, write, rounds, first, lo, hi)
             .await
             .map(|()| None);
     }
@@ -330,7 +339,7 @@ async fn apply_rows(
         sqlx::query("SAVEPOINT kps_rows")
             .execute(&mut *conn)
             .await?;
-        match apply_range(conn, write, &rounds, first, lo, hi).await {
+        match apply_range(conn, write, rounds, first, lo, hi).await {
             Ok(()) => {
                 sqlx::query("RELEASE SAVEPOINT kps_rows")
                     .execute(&mut *conn)
