@@ -27,6 +27,7 @@ mod errors;
 #[cfg(debug_assertions)]
 mod fault;
 mod rounds;
+mod savepoint;
 mod transaction;
 
 pub(crate) use copy_first::CopyFirst;

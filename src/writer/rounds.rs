@@ -15,7 +15,7 @@
 //! keys' records are offered as the rows they propose alone, under a savepoint taken back,
 //! and the one merge follows.
 //!
-//! Keys are compared by their encoded bytes: equal bytes are equal values. Two values
+//! Keys are compared by a hash of their encoded bytes: equal bytes are equal values. Two values
 //! PostgreSQL holds equal but encodes apart (`numeric` `1.0` and `1.00`) fall in one round and
 //! are folded there, as every key was before rounds.
 
@@ -25,6 +25,7 @@ use foldhash::{HashMap, HashMapExt};
 use sqlx::PgConnection;
 
 use super::copy::{range_data, send_copy};
+use super::savepoint::take_back;
 use crate::batch::{StagedCopy, TableWrite};
 
 /// Each staged row's round, from 1; a write of one round keeps no numbers.
@@ -67,8 +68,8 @@ impl Rounds {
             copies.iter().map(|c| vec![1; c.ordinals.len()]).collect();
         let mut count = 1;
         let mut key = Vec::new();
-        let mut hashes = Vec::with_capacity(rows.len());
-        for &(_, c, r) in &rows {
+        let mut hashed = Vec::with_capacity(rows.len());
+        for (ordinal, c, r) in rows {
             key.clear();
             let Some(fields) = &key_fields[c] else {
                 return Self::one();
@@ -77,7 +78,7 @@ impl Rounds {
                 return Self::one();
             }
             let hash = hashing.hash_one(key.as_slice());
-            hashes.push(hash);
+            hashed.push((ordinal, hash));
             let n = seen.entry(hash).or_insert(0);
             *n += 1;
             let round = *n;
@@ -87,11 +88,10 @@ impl Rounds {
         if count == 1 {
             return Self::one();
         }
-        let repeated = rows
-            .iter()
-            .zip(&hashes)
-            .filter(|&(_, hash)| seen.get(hash).is_some_and(|&n| n > 1))
-            .map(|(&(ordinal, _, _), _)| ordinal)
+        let repeated = hashed
+            .into_iter()
+            .filter(|(_, hash)| seen.get(hash).is_some_and(|&n| n > 1))
+            .map(|(ordinal, _)| ordinal)
             .collect();
         Self {
             per_copy,
@@ -146,9 +146,7 @@ impl Rounds {
             .bind(self.repeated(lo, hi))
             .execute(&mut *conn)
             .await?;
-        sqlx::query("ROLLBACK TO SAVEPOINT kps_probe")
-            .execute(&mut *conn)
-            .await?;
+        take_back(conn, "kps_probe").await?;
         run(conn, &write.statements).await
     }
 

@@ -9,6 +9,7 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 use super::copy::{range_data, send_copy};
 use super::errors::{classify, describe_db_error, is_row_error};
 use super::rounds::Rounds;
+use super::savepoint::take_back;
 use super::{CopyFirst, Outcome, Session, WriterConfig};
 use crate::batch::{Batch, PlainCopy, TableWrite};
 use crate::config::SessionRole;
@@ -301,7 +302,7 @@ pub async fn apply_table(
 }
 
 /// `apply_table`, and with `search` also for a topic that stops on errors: its first refused
-/// row, once it stands alone, is returned (the savepoint left to the caller's rollback).
+/// row, once it stands alone, is returned (the caller rolls the transaction back).
 async fn apply_rows(
     conn: &mut PgConnection,
     write: &TableWrite,
@@ -346,9 +347,7 @@ async fn apply_rows(
                     .await?;
             }
             Err(e) if is_row_error(&e) => {
-                sqlx::query("ROLLBACK TO SAVEPOINT kps_rows")
-                    .execute(&mut *conn)
-                    .await?;
+                take_back(conn, "kps_rows").await?;
                 let ordinals = write.ordinals_in(lo, hi);
                 match ordinals.len() {
                     0 => return Err(e),
@@ -443,9 +442,7 @@ async fn copy_plainly(
         }
         Err(sqlx::Error::Database(e)) => {
             tracing::debug!(table = %write.table, error = %e, "upserts not all new keys: merging them");
-            sqlx::query("ROLLBACK TO SAVEPOINT kps_plain")
-                .execute(&mut *conn)
-                .await?;
+            take_back(conn, "kps_plain").await?;
             Ok(false)
         }
         Err(e) => Err(e),
