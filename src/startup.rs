@@ -203,7 +203,20 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         },
     });
     let topics = pipeline.subscription();
-    let context = SinkContext::new(pipeline, shutdown.clone(), watermarks, health);
+    let prefetch = crate::kafka::budget::Prefetch::of(settings.kafka.memory_budget);
+    tracing::info!(
+        budget = %settings.kafka.memory_budget.display().iec(),
+        queues = prefetch.queues,
+        prefetch_at_most = %prefetch.worst_case().display().iec(),
+        "memory budget"
+    );
+    let context = SinkContext::new(
+        pipeline,
+        shutdown.clone(),
+        watermarks,
+        health,
+        prefetch.queues,
+    );
     let consumer: BaseConsumer<SinkContext> = clients::client_config(&settings.kafka)
         .create_with_context(context)
         .map_err(clients::redact_config_error)

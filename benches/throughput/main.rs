@@ -8,6 +8,7 @@ mod data;
 mod fairness;
 mod floor;
 mod formats;
+mod partitions;
 mod proc;
 mod registry;
 mod scenarios;
@@ -33,6 +34,9 @@ struct Args {
     /// Writer connections of the sink.
     #[arg(long, default_value_t = 2)]
     writers: usize,
+    /// The producer's `compression.type` for every topic (none, gzip, snappy, lz4, zstd).
+    #[arg(long, default_value = "none")]
+    compression: String,
     /// Records for the one-transaction-per-record baseline (default: records / 50).
     #[arg(long)]
     naive_records: Option<u64>,
@@ -43,7 +47,7 @@ struct Args {
     trickle_rate: u64,
     /// Scenarios to run, comma-separated: copy, insert, idle-topic, avro, protobuf,
     /// connect-json, debezium, upsert, sparse-upsert, fetch-floor, naive, strategies,
-    /// trickle. avro and protobuf need SCHEMA_REGISTRY_URL.
+    /// trickle; and (not by default) partitions. avro and protobuf need SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
@@ -62,6 +66,13 @@ struct Args {
     /// "\"max.partition.fetch.bytes\" = \"1048576\"", to measure librdkafka's defaults).
     #[arg(long, default_value = "")]
     kafka_properties: String,
+    /// Partition counts of the `partitions` scenario, each drained from a backlog of
+    /// `--records`.
+    #[arg(long, value_delimiter = ',', default_value = "8,64,256")]
+    partition_counts: Vec<i32>,
+    /// The sink's `kafka.memory_budget` (e.g. "128MiB"; default: the sink's own default).
+    #[arg(long)]
+    memory_budget: Option<String>,
     /// Write the results as JSON here too, and the insert drain's per-partition lag as an SVG
     /// next to it (`PATH.fairness.svg`).
     #[arg(long)]
@@ -146,7 +157,12 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter("warn")
         .init();
     let args = Args::parse();
-    let env = setup::Env::from_env()?;
+    let mut env = setup::Env::from_env()?;
+    env.compression = args.compression.clone();
+    if let Some(budget) = &args.memory_budget {
+        // Every sink this run spawns inherits it (`KAFKA_PG_SINK_` variables override the configuration).
+        std::env::set_var("KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET", budget);
+    }
     let bin = match &args.sink_bin {
         Some(b) => b.clone(),
         None => PathBuf::from(env!("CARGO_BIN_EXE_kafka-pg-sink")),
@@ -393,6 +409,12 @@ async fn main() -> anyhow::Result<()> {
             WriteMode::Upsert,
         );
         results.push(scenarios::sink(&existing, &pool, n, payload, false).await?);
+    }
+    if wants("partitions") {
+        let (measured, ratios) =
+            partitions::partitions(&env, &run, &pool, n, &args.partition_counts).await?;
+        results.extend(measured);
+        ratios_extra.extend(ratios);
     }
     if wants("sparse-upsert") {
         let runs = sparse_upsert(&env, &run, &pool, n, payload, args.partitions, rounds).await?;

@@ -18,6 +18,9 @@ pub struct Env {
     pub admin_url: String,
     /// The Schema Registry's API root; only the Avro and Protobuf scenarios need one.
     registry: anyhow::Result<String>,
+    /// The producer's `compression.type`: users' producers compress, and a compressed fetch
+    /// decompresses to several times its size in the sink's prefetch.
+    pub compression: String,
 }
 
 /// The variable `name`, or an error saying how to get the services that set it.
@@ -36,6 +39,7 @@ impl Env {
             kafka: var("KAFKA_BOOTSTRAP_SERVERS")?,
             admin_url: var("DATABASE_URL")?,
             registry: var("SCHEMA_REGISTRY_URL"),
+            compression: "none".into(),
         })
     }
 
@@ -118,6 +122,7 @@ pub async fn produce(
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
         .set("queue.buffering.max.kbytes", "262144")
+        .set("compression.type", &env.compression)
         .create()?;
     let started = Instant::now();
     let mut pending = Vec::with_capacity(10_000);

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use super::is_secret_key;
@@ -42,7 +43,15 @@ pub struct KafkaSettings {
     /// exit 1: a wrong password or certificate is not something retrying fixes.
     #[serde(default = "default_auth_failure_timeout", with = "humantime_serde")]
     pub auth_failure_timeout: Duration,
+    /// The resident memory the process is sized to: what it does not keep back for itself is
+    /// prefetch, shared by the assigned partitions whatever their number (README, Sizing).
+    #[serde(default = "default_memory_budget")]
+    pub memory_budget: ByteSize,
 }
+
+/// The smallest `memory_budget` accepted: the part the process keeps back for itself
+/// (`kafka::budget::RESERVED`) and some prefetch for each queue.
+pub const MIN_MEMORY_BUDGET: ByteSize = ByteSize::mib(96);
 
 impl KafkaSettings {
     /// librdkafka's `max.poll.interval.ms` as configured (its default is 300 s): the longest
@@ -79,6 +88,7 @@ impl std::fmt::Debug for KafkaSettings {
             .field("watermark_interval", &self.watermark_interval)
             .field("mirror_commits", &self.mirror_commits)
             .field("auth_failure_timeout", &self.auth_failure_timeout)
+            .field("memory_budget", &self.memory_budget)
             .finish()
     }
 }
@@ -121,6 +131,11 @@ fn default_session_timeout() -> Duration {
 fn default_auth_failure_timeout() -> Duration {
     Duration::from_secs(60)
 }
+/// Half the Helm chart's default pod limit of 512 MiB: batches in flight and PostgreSQL's
+/// replies come on top (README, Sizing).
+fn default_memory_budget() -> ByteSize {
+    ByteSize::mib(256)
+}
 /// Also librdkafka's statistics interval: `kafka_lag` and `/ready`'s view of Kafka are about
 /// this stale.
 fn default_watermark_interval() -> Duration {
@@ -132,6 +147,32 @@ mod tests {
     use super::super::tests::{write, MINIMAL};
     use super::super::{Overrides, Settings};
     use super::*;
+
+    /// README's `[kafka]` table: `memory_budget` is 256 MiB unless set, takes units, and a
+    /// budget below 96 MiB is refused at load, naming the minimum.
+    #[test]
+    fn the_memory_budget_defaults_to_256_mib_and_refuses_less_than_96() {
+        let s = Settings::load(Some(write(MINIMAL).path()), &Overrides::default()).unwrap();
+        assert_eq!(s.kafka.memory_budget, ByteSize::mib(256));
+        let set = |budget: &str| {
+            let toml =
+                MINIMAL.replace("[kafka]\n", &format!("[kafka]\nmemory_budget = {budget}\n"));
+            Settings::load(Some(write(&toml).path()), &Overrides::default())
+        };
+        assert_eq!(
+            set("\"1GiB\"").unwrap().kafka.memory_budget,
+            ByteSize::gib(1)
+        );
+        assert_eq!(
+            set("\"96 MiB\"").unwrap().kafka.memory_budget,
+            ByteSize::mib(96)
+        );
+        let err = set("\"64MiB\"").expect_err("64 MiB is refused").to_string();
+        assert!(
+            err.contains("memory_budget") && err.contains("96.0 MiB"),
+            "{err}"
+        );
+    }
 
     /// Every name README lists as secret-looking is hidden in `Debug`; other values show.
     #[test]

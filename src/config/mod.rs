@@ -145,6 +145,13 @@ impl Settings {
         if self.kafka.group_id.trim().is_empty() {
             return invalid("kafka.group_id is empty".into());
         }
+        if self.kafka.memory_budget < kafka::MIN_MEMORY_BUDGET {
+            return invalid(format!(
+                "kafka.memory_budget is {}; it must be at least {} (README, Sizing)",
+                self.kafka.memory_budget.display().iec(),
+                kafka::MIN_MEMORY_BUDGET.display().iec()
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for topic in &self.topics {
             let label = topic.label();

@@ -6,6 +6,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaConfRes;
 
+use super::budget::Prefetch;
 use crate::config::{is_secret_key, GroupProtocol, KafkaSettings};
 
 /// A client configuration: the sink's settings for this client, then the user's
@@ -72,17 +73,10 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         // The end of a partition's log, after its last record: a backlog's last batch is
         // sealed there instead of waiting `batch.max_wait` (`Pipeline::on_end_of_partition`).
         ("enable.partition.eof", "true".into()),
-        // Bounds prefetched data (default 64 MiB) so memory does not grow with the backlog;
-        // and when that bound is reached, fetch again soon rather than after the default 1 s,
-        // which left the writers idle half of the time. The bound is per partition since each
-        // has its own queue (`queues`): 16 MiB each took the benchmark's 8 partitions from
-        // 106 to 415 MiB resident, 2 MiB each kept it at 107 MiB with the same throughput.
-        ("queued.max.messages.kbytes", "2048".into()),
-        // The other bound of each queue, in records (default 100,000): 2 MiB of 68-byte Avro
-        // records is 30,000 of them, and librdkafka's per-record overhead took the Avro
-        // benchmark to 173 MiB resident; 10,000 brought it to 106 MiB at the same rate, and
-        // records of 200 bytes or more meet the byte bound first anyway.
-        ("queued.min.messages", "10000".into()),
+        // Prefetch follows `memory_budget`, not the partition count or the backlog: bounds per
+        // queue, and at most `budget::MAX_QUEUES` queues whatever the partitions (`budget`).
+        // When a queue is at its bound, fetch again soon rather than after the default 1 s,
+        // which left the writers idle half of the time.
         ("fetch.queue.backoff.ms", "10".into()),
         // librdkafka keeps one fetch in flight per broker, and leaves out of it the partitions
         // whose queue is at the bound above. When only partitions with nothing new are left
@@ -104,6 +98,7 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
         // silently, so librdkafka reports it and the sink applies `offset_out_of_range`.
         ("auto.offset.reset", "error".into()),
     ];
+    own.extend(Prefetch::of(kafka.memory_budget).properties());
     match kafka.group_protocol {
         GroupProtocol::Classic => {
             own.push(("group.protocol", "classic".into()));
@@ -149,7 +144,9 @@ mod tests {
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("queued.max.messages.kbytes", "2048"),
-            ("queued.min.messages", "10000"),
+            ("queued.min.messages", "4096"),
+            ("max.partition.fetch.bytes", "131072"),
+            ("fetch.max.bytes", "1048576"),
             ("fetch.queue.backoff.ms", "10"),
             ("fetch.wait.max.ms", "100"),
             ("topic.metadata.refresh.interval.ms", "30000"),
@@ -180,11 +177,13 @@ mod tests {
     #[test]
     fn user_properties_override_the_fetch_settings() {
         let config = client_config(&kafka(
-            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"fetch.wait.max.ms\" = \"500\"\n\"queued.max.messages.kbytes\" = \"4096\"\n\"security.protocol\" = \"SASL_SSL\"",
+            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"fetch.wait.max.ms\" = \"500\"\n\"queued.max.messages.kbytes\" = \"8192\"\n\"max.partition.fetch.bytes\" = \"1048576\"\n\"security.protocol\" = \"SASL_SSL\"",
         ));
         assert_eq!(config.get("fetch.queue.backoff.ms"), Some("250"));
         assert_eq!(config.get("fetch.wait.max.ms"), Some("500"));
-        assert_eq!(config.get("queued.max.messages.kbytes"), Some("4096"));
+        assert_eq!(config.get("queued.max.messages.kbytes"), Some("8192"));
+        assert_eq!(config.get("max.partition.fetch.bytes"), Some("1048576"));
+        assert_eq!(config.get("queued.min.messages"), Some("4096"));
         assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
     }

@@ -24,8 +24,8 @@ use crate::watermarks::Watermarks;
 /// The consumer's context: owns the pipeline so the callback and the poll loop share it.
 pub struct SinkContext {
     pub pipeline: Mutex<Pipeline>,
-    /// The assigned partitions' own queues: split in the rebalance callback, served in turn
-    /// by the poll loop (`turns`).
+    /// The queues the assigned partitions' records arrive in: placed in the rebalance
+    /// callback, served in turn by the poll loop (`turns`).
     queues: Mutex<PartitionQueues>,
     /// Set by every callback the shared queue's events run, so the poll loop can tell "served
     /// an event" from "empty" (rdkafka's `poll` answers `None` to both).
@@ -43,10 +43,11 @@ impl SinkContext {
         shutdown: Shutdown,
         watermarks: Arc<Watermarks>,
         health: Arc<Health>,
+        queue_limit: usize,
     ) -> Self {
         Self {
             pipeline: Mutex::new(pipeline),
-            queues: Mutex::new(PartitionQueues::default()),
+            queues: Mutex::new(PartitionQueues::new(queue_limit)),
             served_event: AtomicBool::new(false),
             shutdown,
             watermarks,
@@ -179,7 +180,7 @@ impl ConsumerContext for SinkContext {
                 // queue (`queues`).
                 let assigned: Vec<TopicPartition> =
                     starts.iter().map(|(tp, _)| tp.clone()).collect();
-                self.queues().split(&assigned);
+                self.queues().place(&assigned);
                 // Exactly one assign call, even when the list is empty.
                 let result = if cooperative {
                     consumer.incremental_assign(&assignment)

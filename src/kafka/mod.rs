@@ -2,6 +2,7 @@
 //! consumer thread's poll loop, and the consumer context whose rebalance callback claims
 //! partitions and which moves the consumer's positions for the pipeline.
 
+pub(crate) mod budget;
 pub mod clients;
 pub(crate) mod context;
 pub(crate) mod poll;

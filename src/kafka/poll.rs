@@ -3,9 +3,9 @@
 //! Rebalance callbacks run inside `poll` on this thread and block on PostgreSQL, which would
 //! stall (or panic) a tokio worker; a plain thread with a runtime handle is the safe place.
 //!
-//! Each assigned partition has its own queue (`queues`), and every round of the loop gives each
-//! a turn of a bounded number of records (`turns`), so a backlog drains every partition
-//! together; the shared queue is still polled each round for rebalances, errors, statistics
+//! The assigned partitions' records arrive in a bounded number of queues (`queues`), and every
+//! round of the loop gives each a turn of a bounded number of records per partition in it
+//! (`turns`), so a backlog drains every partition together; the shared queue is still polled each round for rebalances, errors, statistics
 //! and commit results. When nothing is ready anywhere the thread parks until a queue turns
 //! non-empty (each queue's callback unparks it) or the next batch is due.
 
@@ -88,29 +88,36 @@ pub fn run(
         };
         let round = {
             let mut queues = ctx.queues();
-            turns.round(queues.all_mut(), |(tp, queue)| {
-                // As before every record: a stop takes nothing more, not even the rest of
-                // a turn (the consumer thread may just come back from waiting for a writer).
-                if shutdown.is_triggered() {
-                    return Took::Stop;
-                }
-                match queue.poll(Duration::ZERO) {
-                    None => Took::Empty,
-                    // Only a partition's own queue says which topic its end is in.
-                    Some(Err(KafkaError::PartitionEOF(_))) => {
-                        ctx.pipeline()
-                            .on_end_of_partition(&*consumer, tp, Instant::now());
-                        Took::Item
+            turns.round(
+                queues.all_mut(),
+                |q| q.members.len(),
+                |q| {
+                    // As before every record: a stop takes nothing more, not even the rest of
+                    // a turn (the consumer thread may just come back from waiting for a writer).
+                    if shutdown.is_triggered() {
+                        return Took::Stop;
                     }
-                    Some(item) => match deliver(&consumer, &ctx, item) {
-                        Ok(()) => Took::Item,
-                        Err(Stop(f)) => {
-                            fatal = f;
-                            Took::Stop
+                    match q.queue.poll(Duration::ZERO) {
+                        None => Took::Empty,
+                        // The end names a partition, not its topic: the queue's member of
+                        // that number (`queues` keeps one per number where it can).
+                        Some(Err(KafkaError::PartitionEOF(partition))) => {
+                            if let Some(tp) = q.member_numbered(partition) {
+                                ctx.pipeline()
+                                    .on_end_of_partition(&*consumer, tp, Instant::now());
+                            }
+                            Took::Item
                         }
-                    },
-                }
-            })
+                        Some(item) => match deliver(&consumer, &ctx, item) {
+                            Ok(()) => Took::Item,
+                            Err(Stop(f)) => {
+                                fatal = f;
+                                Took::Stop
+                            }
+                        },
+                    }
+                },
+            )
         };
         if round.stopped {
             break;

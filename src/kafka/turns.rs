@@ -55,12 +55,14 @@ impl Turns {
         }
     }
 
-    /// Gives every source a turn of up to `per_turn` takes, each source's items in their order.
-    /// The first source moves on by one each round, so none is always served first (a take
-    /// can block on a full writer; the partition served before the block would gain).
+    /// Gives every source a turn of up to `per_turn` takes per unit of its weight (the
+    /// partitions sharing it; at least one), each source's items in their order. The first
+    /// source moves on by one each round, so none is always served first (a take can block on
+    /// a full writer; the partition served before the block would gain).
     pub(crate) fn round<S>(
         &mut self,
         sources: &mut [S],
+        weight: impl Fn(&S) -> usize,
         mut take: impl FnMut(&mut S) -> Took,
     ) -> Round {
         let mut round = Round::default();
@@ -72,8 +74,9 @@ impl Turns {
         self.first = (start + 1) % n;
         for i in 0..n {
             let source = &mut sources[(start + i) % n];
+            let turn = self.per_turn * weight(source).max(1);
             let mut taken = 0;
-            while taken < self.per_turn {
+            while taken < turn {
                 match take(source) {
                     Took::Item => taken += 1,
                     Took::Empty => break,
@@ -84,7 +87,7 @@ impl Turns {
                     }
                 }
             }
-            round.more |= taken == self.per_turn;
+            round.more |= taken == turn;
             round.taken += taken;
         }
         round
@@ -108,13 +111,17 @@ mod tests {
     fn drain(turns: &mut Turns, qs: &mut [(usize, VecDeque<i64>)]) -> Vec<(usize, i64)> {
         let mut out = Vec::new();
         loop {
-            let round = turns.round(qs, |(p, q)| match q.pop_front() {
-                Some(o) => {
-                    out.push((*p, o));
-                    Took::Item
-                }
-                None => Took::Empty,
-            });
+            let round = turns.round(
+                qs,
+                |_| 1,
+                |(p, q)| match q.pop_front() {
+                    Some(o) => {
+                        out.push((*p, o));
+                        Took::Item
+                    }
+                    None => Took::Empty,
+                },
+            );
             if round.idle() {
                 return out;
             }
@@ -155,10 +162,14 @@ mod tests {
     fn a_full_turn_says_there_may_be_more_and_an_empty_round_is_idle() {
         let mut turns = Turns::new(2);
         let mut qs = queues(&[2, 1]);
-        let round = turns.round(&mut qs, |(_, q)| match q.pop_front() {
-            Some(_) => Took::Item,
-            None => Took::Empty,
-        });
+        let round = turns.round(
+            &mut qs,
+            |_| 1,
+            |(_, q)| match q.pop_front() {
+                Some(_) => Took::Item,
+                None => Took::Empty,
+            },
+        );
         assert_eq!(
             round,
             Round {
@@ -167,14 +178,40 @@ mod tests {
                 stopped: false
             }
         );
-        let round = turns.round(&mut qs, |(_, q)| match q.pop_front() {
-            Some(_) => Took::Item,
-            None => Took::Empty,
-        });
+        let round = turns.round(
+            &mut qs,
+            |_| 1,
+            |(_, q)| match q.pop_front() {
+                Some(_) => Took::Item,
+                None => Took::Empty,
+            },
+        );
         assert!(round.idle(), "{round:?}");
         assert!(Turns::new(5)
-            .round(&mut Vec::<()>::new(), |_| Took::Item)
+            .round(&mut Vec::<()>::new(), |_| 1, |_| Took::Item)
             .idle());
+    }
+
+    /// A queue three partitions share gets three partitions' turn: partitions advance alike
+    /// whether alone in a queue or not.
+    #[test]
+    fn a_source_shared_by_partitions_gets_a_turn_per_partition() {
+        let mut turns = Turns::new(2);
+        let mut qs = queues(&[20, 20]);
+        let mut taken = [0usize; 2];
+        let round = turns.round(
+            &mut qs,
+            |(p, _)| if *p == 0 { 3 } else { 1 },
+            |(p, q)| match q.pop_front() {
+                Some(_) => {
+                    taken[*p] += 1;
+                    Took::Item
+                }
+                None => Took::Empty,
+            },
+        );
+        assert_eq!(taken, [6, 2]);
+        assert!(round.more);
     }
 
     #[test]
@@ -184,10 +221,14 @@ mod tests {
         let mut firsts = Vec::new();
         for _ in 0..4 {
             let mut first = None;
-            turns.round(&mut qs, |(p, q)| {
-                first.get_or_insert(*p);
-                q.pop_front().map_or(Took::Empty, |_| Took::Item)
-            });
+            turns.round(
+                &mut qs,
+                |_| 1,
+                |(p, q)| {
+                    first.get_or_insert(*p);
+                    q.pop_front().map_or(Took::Empty, |_| Took::Item)
+                },
+            );
             firsts.extend(first);
         }
         assert_eq!(firsts, vec![0, 1, 2, 0]);
@@ -198,14 +239,18 @@ mod tests {
         let mut turns = Turns::new(10);
         let mut qs = queues(&[5, 5]);
         let mut calls = 0;
-        let round = turns.round(&mut qs, |(_, q)| {
-            calls += 1;
-            match q.pop_front() {
-                Some(2) => Took::Stop,
-                Some(_) => Took::Item,
-                None => Took::Empty,
-            }
-        });
+        let round = turns.round(
+            &mut qs,
+            |_| 1,
+            |(_, q)| {
+                calls += 1;
+                match q.pop_front() {
+                    Some(2) => Took::Stop,
+                    Some(_) => Took::Item,
+                    None => Took::Empty,
+                }
+            },
+        );
         assert_eq!(calls, 3, "no take after the stop");
         assert_eq!(
             round,

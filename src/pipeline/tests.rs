@@ -1312,26 +1312,30 @@ fn worst_ratio_served_in_turns(per: i64, per_turn: usize) -> f64 {
     let mut turns = Turns::new(per_turn);
     let mut worst = 1.0f64;
     loop {
-        let round = turns.round(&mut queues, |(p, q)| {
-            let Some(offset) = q.pop_front() else {
-                return Took::Empty;
-            };
-            h.deliver(*p, [offset]);
-            h.answering.answer_one();
-            h.pipeline.on_results();
-            let db = h.db.lock().unwrap();
-            let stored: Vec<i64> = (0..8).map(|p| db.next(p).unwrap_or(0)).collect();
-            let (max, min) = (stored.iter().max(), stored.iter().min());
-            let (max, min) = (*max.unwrap_or(&0), *min.unwrap_or(&0));
-            if stored.iter().sum::<i64>() >= per * 8 / 10 && max < per {
-                worst = worst.max(if min == 0 {
-                    f64::INFINITY
-                } else {
-                    max as f64 / min as f64
-                });
-            }
-            Took::Item
-        });
+        let round = turns.round(
+            &mut queues,
+            |_| 1,
+            |(p, q)| {
+                let Some(offset) = q.pop_front() else {
+                    return Took::Empty;
+                };
+                h.deliver(*p, [offset]);
+                h.answering.answer_one();
+                h.pipeline.on_results();
+                let db = h.db.lock().unwrap();
+                let stored: Vec<i64> = (0..8).map(|p| db.next(p).unwrap_or(0)).collect();
+                let (max, min) = (stored.iter().max(), stored.iter().min());
+                let (max, min) = (*max.unwrap_or(&0), *min.unwrap_or(&0));
+                if stored.iter().sum::<i64>() >= per * 8 / 10 && max < per {
+                    worst = worst.max(if min == 0 {
+                        f64::INFINITY
+                    } else {
+                        max as f64 / min as f64
+                    });
+                }
+                Took::Item
+            },
+        );
         if round.idle() {
             break;
         }

@@ -24,6 +24,7 @@ mod helpers;
 mod json_text;
 mod layout;
 mod mapping;
+mod memory_budget;
 mod metrics;
 mod operations;
 mod out_of_range;

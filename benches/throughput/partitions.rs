@@ -1,0 +1,62 @@
+//! The `partitions` scenario: the same backlog on 8, 64 and 256 partitions, drained by one
+//! sink each, for rows/s and peak resident memory side by side (issue 26: memory follows
+//! `kafka.memory_budget`, not the partition count, and speed holds).
+
+use kafka_pg_sink::config::WriteMode;
+use sqlx::PgPool;
+
+use crate::data;
+use crate::scenarios::{self, Measurement, SinkRun};
+use crate::setup;
+
+/// Each count's drain, in the order given, and the ratios of each to the first.
+pub async fn partitions<'a>(
+    env: &setup::Env,
+    run: &dyn Fn(&'static str, &'static str, WriteMode) -> SinkRun<'a>,
+    pool: &PgPool,
+    n: u64,
+    counts: &[i32],
+) -> anyhow::Result<(Vec<Measurement>, Vec<(String, f64)>)> {
+    let mut measured: Vec<(i32, Measurement)> = Vec::new();
+    for &count in counts {
+        let topic = format!("kps-bench-p{count}");
+        eprintln!("producing {n} records on {count} partitions");
+        setup::fresh_topic(env, &topic, count).await?;
+        let (_, payload) =
+            setup::produce(env, &topic, n, count, |i| Ok(data::order(i).into_bytes())).await?;
+        eprintln!("sink, insert mode, {count} partitions");
+        let name: &'static str = Box::leak(format!("sink insert, {count} partitions").into());
+        let group: &'static str = Box::leak(format!("bench-partitions-{count}").into());
+        let mut m = scenarios::sink(
+            &SinkRun {
+                topic: &topic,
+                group,
+                ..run(name, group, WriteMode::Insert)
+            },
+            pool,
+            n,
+            payload,
+            true,
+        )
+        .await?;
+        // 256 columns of lag would bury the table; the fairness test covers it.
+        m.fairness = None;
+        measured.push((count, m));
+    }
+    let mut ratios = Vec::new();
+    if let Some((first, base)) = measured.first() {
+        for (count, m) in measured.iter().skip(1) {
+            ratios.push((
+                format!("sink insert rows/s, {count} / {first} partitions"),
+                m.rows_per_sec / base.rows_per_sec,
+            ));
+            if let (Some(p), Some(b)) = (m.peak_rss_mib, base.peak_rss_mib) {
+                ratios.push((
+                    format!("sink peak RSS, {count} / {first} partitions"),
+                    p / b,
+                ));
+            }
+        }
+    }
+    Ok((measured.into_iter().map(|(_, m)| m).collect(), ratios))
+}
