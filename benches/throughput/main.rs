@@ -57,7 +57,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,50,200")]
     tables: Vec<usize>,
     /// Rounds of the COPY ceiling, insert, idle-topic, registry-format, envelope, upsert (new
-    /// keys) and sparse-upsert scenarios; with more than one, each ratio is also given as its
+    /// keys), sparse-upsert and tables scenarios; with more than one, each ratio is also given as its
     /// median over the rounds (a shared, noisy machine moves single runs by ±10%).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -241,8 +241,11 @@ async fn main() -> anyhow::Result<()> {
     let mut spreads = Vec::new();
     if wants("tables") {
         for &count in &args.tables {
-            say(&format!("producing {n} records over {count} topics and tables"));
-            spreads.push(tables::prepare(&env, &pool, &args.name, count, n, args.partitions).await?);
+            say(&format!(
+                "producing {n} records over {count} topics and tables"
+            ));
+            spreads
+                .push(tables::prepare(&env, &pool, &args.name, count, n, args.partitions).await?);
         }
     }
 
@@ -421,7 +424,7 @@ async fn main() -> anyhow::Result<()> {
         results.push(scenarios::sink(&existing, &pool, n, payload, false).await?);
     }
     if wants("sparse-upsert") {
-        let runs = sparse_upsert(&env, &run, &pool, &args.name, n, payload, args.partitions, rounds).await?;
+        let runs = sparse_upsert(&env, &run, &pool, n, payload, args.partitions, rounds).await?;
         let name = "sink sparse-upsert / uniform upsert (existing keys)";
         let mut per: Vec<f64> = runs
             .iter()
@@ -563,13 +566,13 @@ async fn sparse_upsert<'a>(
     env: &setup::Env,
     run: &dyn Fn(&'static str, &'static str, WriteMode) -> SinkRun<'a>,
     pool: &sqlx::PgPool,
-    name: &str,
     n: u64,
     payload: u64,
     partitions: i32,
     rounds: usize,
 ) -> anyhow::Result<Vec<(Measurement, Measurement)>> {
-    let topic = &format!("{name}-sparse");
+    // Named after the run's own topic (`--name`).
+    let topic = &format!("{}-sparse", run("", "", WriteMode::Upsert).topic);
     eprintln!("bench: producing {n} sparse records");
     setup::fresh_topic(env, topic, partitions).await?;
     let (_, bytes) = setup::produce(env, topic, n, partitions, |i| {
@@ -831,17 +834,18 @@ fn print_report(r: &Report) {
     if !spread.is_empty() {
         println!("\nthe same records over N topics of one pattern, a table each (insert)");
         println!(
-            "{:>7} {:>11} {:>9} {:>15} {:>16}",
-            "tables", "rows/s", "drain s", "CPU us/record", "first commit s"
+            "{:>7} {:>11} {:>9} {:>15} {:>16} {:>12}",
+            "tables", "rows/s", "drain s", "CPU us/record", "first commit s", "assigned s"
         );
         for m in spread {
             println!(
-                "{:>7} {:>11.0} {:>9.2} {:>15} {:>16}",
+                "{:>7} {:>11.0} {:>9.2} {:>15} {:>16} {:>12}",
                 m.tables.unwrap_or(0),
                 m.rows_per_sec,
                 m.seconds,
                 opt(m.cpu_seconds.map(|c| c * 1e6 / m.rows.max(1) as f64), 2),
                 opt(m.first_commit_seconds, 2),
+                opt(m.assigned_seconds, 2),
             );
         }
     }

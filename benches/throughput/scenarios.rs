@@ -52,6 +52,9 @@ pub struct Measurement {
     /// Seconds from process start to the first committed batch (sink scenarios): start-up,
     /// the group join and the tables' descriptions.
     pub first_commit_seconds: Option<f64>,
+    /// Seconds from the sink's `starting` line to its last `assigned` line (sink scenarios):
+    /// the group join, and the claims and table descriptions of the assignment.
+    pub assigned_seconds: Option<f64>,
     /// Tables (one per topic) the drain wrote (`tables`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tables: Option<usize>,
@@ -425,6 +428,34 @@ fn log_line(log: &Path, message: &str) -> anyhow::Result<Option<serde_json::Valu
         .find(|v| v["message"] == message))
 }
 
+/// Seconds between the sink's `starting` line and its last `assigned` line, by their
+/// timestamps.
+fn assigned_after_start(log: &Path) -> anyhow::Result<Option<f64>> {
+    let at = |v: &serde_json::Value| {
+        v["timestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    };
+    let mut started = None;
+    let mut assigned = None;
+    for line in BufReader::new(std::fs::File::open(log)?)
+        .lines()
+        .map_while(Result::ok)
+    {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        match v["message"].as_str() {
+            Some("starting") => started = started.or(at(&v)),
+            Some("assigned") => assigned = at(&v).or(assigned),
+            _ => {}
+        }
+    }
+    Ok(started
+        .zip(assigned)
+        .map(|(s, a)| (a - s).num_microseconds().unwrap_or(0) as f64 / 1e6))
+}
+
 /// Checks a sample of the rows (about 100, first and last included) column by column against
 /// the orders they came from, so a format that decodes wrongly fails the run, not just a count.
 async fn check_sample(
@@ -637,6 +668,7 @@ pub async fn sink(
     let status = child.wait()?;
     anyhow::ensure!(status.success(), "the sink did not stop cleanly: {status}");
     let summary = log_line(&log_path, "summary")?;
+    let assigned = assigned_after_start(&log_path)?;
     let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", run.table))
         .fetch_one(pool)
         .await?;
@@ -671,6 +703,7 @@ pub async fn sink(
         .filter(|s| *s > Duration::from_millis(500))
         .map(|s| n as f64 / s.as_secs_f64());
     m.first_commit_seconds = first_commit.map(|t| (t - started).as_secs_f64());
+    m.assigned_seconds = assigned;
     if let Some(s) = summary {
         m.commit_p50_ms = s["commit_p50_ms"].as_f64();
         m.commit_p99_ms = s["commit_p99_ms"].as_f64();

@@ -119,7 +119,7 @@ pub async fn drain(
 }
 
 /// Each count's drain against the first count's (the fewest tables): CPU per record, rows/s,
-/// the drain's seconds and the time to the first commit.
+/// the drain's seconds, the time to the first commit and from start to assigned.
 pub fn ratios(drains: &[Measurement]) -> Vec<(String, f64)> {
     let Some(first) = drains.first() else {
         return Vec::new();
@@ -136,6 +136,9 @@ pub fn ratios(drains: &[Measurement]) -> Vec<(String, f64)> {
         out.push((label("drain seconds"), m.seconds / first.seconds));
         if let (Some(fc), Some(fc1)) = (m.first_commit_seconds, first.first_commit_seconds) {
             out.push((label("first commit seconds"), fc / fc1.max(1e-3)));
+        }
+        if let (Some(a), Some(a1)) = (m.assigned_seconds, first.assigned_seconds) {
+            out.push((label("start to assigned seconds"), a / a1.max(1e-3)));
         }
     }
     out

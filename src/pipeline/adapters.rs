@@ -136,11 +136,9 @@ impl Catalog for DbCatalog {
                     // The gate is never closed.
                     let _turn = gate.acquire_owned().await;
                     let limit = blocking.timeout;
-                    let described = tokio::time::timeout(
-                        limit,
-                        TopicMapper::load(&pool, &settings, &topic),
-                    )
-                    .await;
+                    let described =
+                        tokio::time::timeout(limit, TopicMapper::load(&pool, &settings, &topic))
+                            .await;
                     let described = match described {
                         Ok(Ok(mapper)) => Ok(mapper),
                         Ok(Err(e)) => Err(format!("{e:#}")),
@@ -163,7 +161,9 @@ impl Catalog for DbCatalog {
             }
         });
         out.into_iter()
-            .map(|d| d.unwrap_or_else(|| Err("describing the table failed (its task panicked)".into())))
+            .map(|d| {
+                d.unwrap_or_else(|| Err("describing the table failed (its task panicked)".into()))
+            })
             .collect()
     }
 

@@ -1366,11 +1366,10 @@ impl Catalog for RecordingCatalog {
 #[test]
 fn an_assignment_describes_the_tables_of_its_new_topics_together() {
     let h = Harness::new(Setup::default());
-    let pattern: TopicSettings = Figment::from(Toml::string(
-        "pattern = \"pat-.*\"\ntable = \"in_{topic}\"",
-    ))
-    .extract()
-    .unwrap();
+    let pattern: TopicSettings =
+        Figment::from(Toml::string("pattern = \"pat-.*\"\ntable = \"in_{topic}\""))
+            .extract()
+            .unwrap();
     let catalog = RecordingCatalog::default();
     let pipeline = Pipeline::new(PipelineParts {
         routes: Vec::new(),
@@ -1412,7 +1411,9 @@ fn an_assignment_describes_the_tables_of_its_new_topics_together() {
     assert!(described.values().all(Result::is_ok));
 
     assert!(
-        pipeline.describe_ahead(&[at("pat-d", 0), at("pat-d", 1)]).is_empty(),
+        pipeline
+            .describe_ahead(&[at("pat-d", 0), at("pat-d", 1)])
+            .is_empty(),
         "a single new topic is described where it is met"
     );
     assert_eq!(catalog.0.lock().unwrap().len(), 1);
