@@ -39,9 +39,10 @@ impl LaneState {
 /// none of its tables has `max_records` rows). A batch writes each of its tables with a COPY
 /// of its own, whose round trips cost the same whatever its rows: a lane whose records spread
 /// over many tables (a pattern of many topics, routing by record) would otherwise write them
-/// in small COPYs, and the sink's CPU per record grew with the tables (1.5–3.5× at 200
-/// tables). Four times is where that cost stopped mattering in the benchmark's `tables`
-/// scenario, and `max_bytes` still bounds every batch.
+/// in small COPYs, and the sink's CPU per record grew with the tables. Four times took 200
+/// tables from 1.58× to 1.35× one table's CPU per record in the benchmark's `tables` scenario
+/// (where `max_bytes`, 8 MiB, is about 40,000 of its records), and `max_bytes` still bounds
+/// every batch.
 pub(crate) const TABLE_SHARES: usize = 4;
 
 /// Every lane, and the limits that decide when a batch is sealed.
