@@ -8,6 +8,8 @@
 #   scripts/bench.sh --only copy,insert,connect-json,debezium  # the JSON envelopes (schema per record)
 #   scripts/bench.sh --only sparse-upsert --records 200000     # upserts carrying different column subsets
 #   scripts/bench.sh --only insert,upsert,connect-json,debezium,fetch-floor  # what receiving the envelopes' bytes costs
+#   scripts/bench.sh --only tables --records 200000           # 1 / 50 / 200 topics of one pattern, a table each
+#   scripts/bench.sh --only tables --tables 1,10 --records 20000  # fewer tables (CI's smoke size)
 # BENCH_PROFILE=dev uses the debug build (CI's smoke run: it must finish, numbers mean nothing).
 # Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL, and for avro and protobuf (in the default
 # set) SCHEMA_REGISTRY_URL: eval "$(scripts/dev-services.sh env)"

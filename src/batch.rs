@@ -181,6 +181,10 @@ pub struct Batch {
 pub struct OpenBatch {
     /// Indexed by route; created on a route's first record.
     tables: Vec<Option<(DeadLetterTarget, TableRows)>>,
+    /// Tables in `tables`.
+    table_count: usize,
+    /// The most rows any one table has (`note_rows`).
+    largest: usize,
     /// Records that could not be mapped.
     pub dead_letters: Vec<DeadLetter>,
     pub records: usize,
@@ -203,9 +207,26 @@ impl OpenBatch {
             topic: topic.clone(),
             produce_to: mapper.dead_letter_topic().cloned(),
         };
-        &mut self.tables[route]
-            .get_or_insert_with(|| (target, mapper.new_rows()))
-            .1
+        let slot = &mut self.tables[route];
+        if slot.is_none() {
+            self.table_count += 1;
+        }
+        &mut slot.get_or_insert_with(|| (target, mapper.new_rows())).1
+    }
+
+    /// A table of the batch now has `rows` rows (after a record was encoded into it).
+    pub fn note_rows(&mut self, rows: usize) {
+        self.largest = self.largest.max(rows);
+    }
+
+    /// Tables with rows (or a statement) in the batch: each is a COPY of its own.
+    pub fn tables(&self) -> usize {
+        self.table_count
+    }
+
+    /// The most rows one table of the batch has.
+    pub fn largest_table(&self) -> usize {
+        self.largest
     }
 
     /// Counts a record that has been encoded into this batch.

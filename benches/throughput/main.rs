@@ -13,6 +13,7 @@ mod proc;
 mod registry;
 mod scenarios;
 mod setup;
+mod tables;
 
 use std::path::PathBuf;
 
@@ -46,16 +47,21 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     trickle_rate: u64,
     /// Scenarios to run, comma-separated: copy, insert, idle-topic, avro, protobuf,
-    /// connect-json, debezium, upsert, sparse-upsert, fetch-floor, naive, strategies,
+    /// connect-json, debezium, upsert, sparse-upsert, tables, fetch-floor, naive, strategies,
     /// trickle; and (not by default) partitions. avro and protobuf need SCHEMA_REGISTRY_URL.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,fetch-floor,naive,strategies,trickle"
+        default_value = "copy,insert,idle-topic,avro,protobuf,connect-json,debezium,upsert,sparse-upsert,tables,fetch-floor,naive,strategies,trickle"
     )]
     only: Vec<String>,
+    /// The `tables` scenario's topic counts, comma-separated: the same `--records` spread over
+    /// that many topics matched by one pattern, a table per topic, each compared with the
+    /// first count.
+    #[arg(long, value_delimiter = ',', default_value = "1,50,200")]
+    tables: Vec<usize>,
     /// Rounds of the COPY ceiling, insert, idle-topic, registry-format, envelope, upsert (new
-    /// keys) and sparse-upsert scenarios; with more than one, each ratio is also given as its
+    /// keys), sparse-upsert and tables scenarios; with more than one, each ratio is also given as its
     /// median over the rounds (a shared, noisy machine moves single runs by ±10%).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -77,6 +83,10 @@ struct Args {
     /// next to it (`PATH.fairness.svg`).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Names the benchmark's database (`-` written `_`) and topics (`NAME`, `NAME-…`): two
+    /// runs on one machine under different names do not drop each other's.
+    #[arg(long, default_value = "kps-bench")]
+    name: String,
     /// The sink binary (default: the one cargo built with this benchmark).
     #[arg(long)]
     sink_bin: Option<PathBuf>,
@@ -154,7 +164,9 @@ fn machine() -> String {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter("warn")
+        // sqlx logs every statement over 1 s: the `tables` scenario's DDL of hundreds of
+        // tables would fill the screen.
+        .with_env_filter("warn,sqlx::query=error")
         .init();
     let args = Args::parse();
     let mut env = setup::Env::from_env()?;
@@ -189,8 +201,8 @@ async fn main() -> anyhow::Result<()> {
     };
 
     say("fresh database and topic");
-    let (url, pool) = setup::fresh_database(&env, "kps_bench").await?;
-    let topic = "kps-bench";
+    let (url, pool) = setup::fresh_database(&env, &args.name.replace('-', "_")).await?;
+    let topic = args.name.as_str();
     setup::fresh_topic(&env, topic, args.partitions).await?;
     say(&format!("producing {n} records"));
     let (produce, payload) = setup::produce(&env, topic, n, args.partitions, |i| {
@@ -203,7 +215,7 @@ async fn main() -> anyhow::Result<()> {
     let mut encoded = Vec::new();
     for format in &formats {
         let name = format.setting();
-        let topic = format!("kps-bench-{name}");
+        let topic = format!("{}-{name}", args.name);
         let base = registry_url.as_deref().unwrap_or_default();
         let id = registry::register(base, &format!("{topic}-value"), *format).await?;
         say(&format!("producing {n} {name} records (schema id {id})"));
@@ -224,7 +236,7 @@ async fn main() -> anyhow::Result<()> {
         if !wants(name) {
             continue;
         }
-        let topic = format!("kps-bench-{name}");
+        let topic = format!("{}-{name}", args.name);
         say(&format!("producing {n} {name} records"));
         setup::fresh_topic(&env, &topic, args.partitions).await?;
         let (_, bytes) = setup::produce(&env, &topic, n, args.partitions, |i| {
@@ -236,9 +248,21 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // An empty topic beside the orders, for the sink to consume as well (`idle-topic`).
-    let idle_topic = "kps-bench-idle";
+    let idle_topic = &format!("{}-idle", args.name);
     if wants("idle-topic") {
         setup::fresh_topic(&env, idle_topic, args.partitions).await?;
+    }
+
+    // The same orders over many topics, a table each (`tables`).
+    let mut spreads = Vec::new();
+    if wants("tables") {
+        for &count in &args.tables {
+            say(&format!(
+                "producing {n} records over {count} topics and tables"
+            ));
+            spreads
+                .push(tables::prepare(&env, &pool, &args.name, count, n, args.partitions).await?);
+        }
     }
 
     // The fetch floor's consumer gets the same `[kafka.properties]` as the sinks.
@@ -268,11 +292,13 @@ async fn main() -> anyhow::Result<()> {
         registry: None,
         format: None,
         idle_topic: None,
+        pattern: None,
     };
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
     let (mut ceiling, mut insert, mut upsert, mut by_format) = (None, None, None, Vec::new());
     let mut in_topic_order = None;
+    let mut by_tables = Vec::new();
     for round in 1..=rounds {
         if rounds > 1 {
             say(&format!("round {round} of {rounds}"));
@@ -392,13 +418,16 @@ async fn main() -> anyhow::Result<()> {
             };
             upsert = Some(scenarios::sink(&new_keys, &pool, n, payload, true).await?);
         }
-        per_round.push(format_ratios(
-            &ceiling,
-            &in_topic_order,
-            &insert,
-            &upsert,
-            &by_format,
-        ));
+        by_tables = Vec::new();
+        for spread in &spreads {
+            say(&format!("sink, insert mode, {} tables", spread.topics));
+            let base = run("", "", WriteMode::Insert);
+            by_tables.push(tables::drain(spread, base, &pool, n, round).await?);
+        }
+        let mut round_ratios =
+            format_ratios(&ceiling, &in_topic_order, &insert, &upsert, &by_format);
+        round_ratios.extend(tables::ratios(&by_tables));
+        per_round.push(round_ratios);
     }
     let mut ratios_extra = Vec::new();
     if wants("upsert") {
@@ -467,14 +496,15 @@ async fn main() -> anyhow::Result<()> {
             "trickle: {} records/s for {} s",
             args.trickle_rate, args.trickle_secs
         ));
-        setup::fresh_topic(&env, "kps-bench-trickle", args.partitions).await?;
+        let trickle_topic = format!("{}-trickle", args.name);
+        setup::fresh_topic(&env, &trickle_topic, args.partitions).await?;
         Some(
             scenarios::trickle(
                 &env,
                 &bin,
                 &url,
                 &pool,
-                "kps-bench-trickle",
+                &trickle_topic,
                 args.trickle_rate,
                 args.trickle_secs,
             )
@@ -521,6 +551,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     ordered.extend(by_format.into_iter().map(|(_, _, m)| m));
     ordered.extend(upsert);
+    ordered.append(&mut by_tables);
     ordered.append(&mut results);
     ordered.extend(naive);
     let results = ordered;
@@ -562,7 +593,8 @@ async fn sparse_upsert<'a>(
     partitions: i32,
     rounds: usize,
 ) -> anyhow::Result<Vec<(Measurement, Measurement)>> {
-    let topic = "kps-bench-sparse";
+    // Named after the run's own topic (`--name`).
+    let topic = &format!("{}-sparse", run("", "", WriteMode::Upsert).topic);
     eprintln!("bench: producing {n} sparse records");
     setup::fresh_topic(env, topic, partitions).await?;
     let (_, bytes) = setup::produce(env, topic, n, partitions, |i| {
@@ -818,6 +850,25 @@ fn print_report(r: &Report) {
         for (name, q) in quarters {
             let q: Vec<String> = q.iter().map(|v| opt(*v, 1)).collect();
             println!("{name:<34} {}", q.join(" / "));
+        }
+    }
+    let spread: Vec<&Measurement> = r.results.iter().filter(|m| m.tables.is_some()).collect();
+    if !spread.is_empty() {
+        println!("\nthe same records over N topics of one pattern, a table each (insert)");
+        println!(
+            "{:>7} {:>11} {:>9} {:>15} {:>16} {:>12}",
+            "tables", "rows/s", "drain s", "CPU us/record", "first commit s", "assigned s"
+        );
+        for m in spread {
+            println!(
+                "{:>7} {:>11.0} {:>9.2} {:>15} {:>16} {:>12}",
+                m.tables.unwrap_or(0),
+                m.rows_per_sec,
+                m.seconds,
+                opt(m.cpu_seconds.map(|c| c * 1e6 / m.rows.max(1) as f64), 2),
+                opt(m.first_commit_seconds, 2),
+                opt(m.assigned_seconds, 2),
+            );
         }
     }
     println!();

@@ -49,6 +49,15 @@ pub struct Measurement {
     pub machine_busy_seconds: Option<f64>,
     /// Rows/s from the first committed batch to the last (without start-up and group join).
     pub steady_rows_per_sec: Option<f64>,
+    /// Seconds from process start to the first committed batch (sink scenarios): start-up,
+    /// the group join and the tables' descriptions.
+    pub first_commit_seconds: Option<f64>,
+    /// Seconds from the sink's `starting` line to its last `assigned` line (sink scenarios):
+    /// the group join, and the claims and table descriptions of the assignment.
+    pub assigned_seconds: Option<f64>,
+    /// Tables (one per topic) the drain wrote (`tables`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tables: Option<usize>,
     /// The sink's requests to the Schema Registry over the whole run (registry formats only).
     pub registry_requests: Option<u64>,
     pub note: String,
@@ -395,6 +404,9 @@ pub struct SinkRun<'a> {
     /// An empty topic the sink also consumes, into the same table: a quiet topic beside a
     /// busy one, as a sink with several topics has (`idle-topic`).
     pub idle_topic: Option<&'a str>,
+    /// Consume every topic whose name starts with this prefix, each into the table named
+    /// after it (`tables`), instead of `topic`; `table` is then a view of all those tables.
+    pub pattern: Option<&'a str>,
 }
 
 /// A topic whose records are framed for a Schema Registry.
@@ -416,22 +428,55 @@ fn log_line(log: &Path, message: &str) -> anyhow::Result<Option<serde_json::Valu
         .find(|v| v["message"] == message))
 }
 
+/// Seconds between the sink's `starting` line and its last `assigned` line, by their
+/// timestamps.
+fn assigned_after_start(log: &Path) -> anyhow::Result<Option<f64>> {
+    let at = |v: &serde_json::Value| {
+        v["timestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    };
+    let mut started = None;
+    let mut assigned = None;
+    for line in BufReader::new(std::fs::File::open(log)?)
+        .lines()
+        .map_while(Result::ok)
+    {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        match v["message"].as_str() {
+            Some("starting") => started = started.or(at(&v)),
+            Some("assigned") => assigned = at(&v).or(assigned),
+            _ => {}
+        }
+    }
+    Ok(started
+        .zip(assigned)
+        .map(|(s, a)| (a - s).num_microseconds().unwrap_or(0) as f64 / 1e6))
+}
+
 /// Checks a sample of the rows (about 100, first and last included) column by column against
 /// the orders they came from, so a format that decodes wrongly fails the run, not just a count.
-async fn check_sample(pool: &PgPool, n: u64, format: Option<Format>) -> anyhow::Result<()> {
+async fn check_sample(
+    pool: &PgPool,
+    relation: &str,
+    n: u64,
+    format: Option<Format>,
+) -> anyhow::Result<()> {
     let stride = (n / 100).max(1);
     let expected: Vec<String> = (0..n)
         .step_by(stride as usize)
         .chain(n.checked_sub(1))
         .map(|i| formats::expected_json(format, i))
         .collect();
-    let wrong: Vec<(String, Option<String>)> = sqlx::query_as(
+    let wrong: Vec<(String, Option<String>)> = sqlx::query_as(&format!(
         "SELECT e::text, row_to_json(b)::text
-           FROM unnest($1::jsonb[]) e LEFT JOIN bench_orders b ON b.id = e->>'id'
+           FROM unnest($1::jsonb[]) e LEFT JOIN {relation} b ON b.id = e->>'id'
           WHERE b.id IS NULL OR b.customer <> e->>'customer' OR b.amount <> (e->>'amount')::numeric
              OR b.currency <> e->>'currency' OR b.status <> e->>'status'
-             OR b.created_at <> (e->>'created_at')::timestamptz OR b.attrs <> e->'attrs'",
-    )
+             OR b.created_at <> (e->>'created_at')::timestamptz OR b.attrs <> e->'attrs'"
+    ))
     .bind(&expected)
     .fetch_all(pool)
     .await?;
@@ -519,15 +564,21 @@ pub async fn sink(
     };
     // The drained topic, and the idle one beside it where there is one: the same table,
     // mode and format.
-    let topics: String = std::iter::once(run.topic)
-        .chain(run.idle_topic)
-        .map(|t| {
-            format!(
-                "[[topics]]\nname = \"{t}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
-                run.table
-            )
-        })
-        .collect();
+    let topics: String = match run.pattern {
+        // A table per topic, named after it (`{topic}`, written snake_case).
+        Some(prefix) => format!(
+            "[[topics]]\npattern = \"{prefix}.*\"\ntable = \"{{topic}}\"\nmode = \"{mode}\"\n{format}"
+        ),
+        None => std::iter::once(run.topic)
+            .chain(run.idle_topic)
+            .map(|t| {
+                format!(
+                    "[[topics]]\nname = \"{t}\"\ntable = \"{}\"\nmode = \"{mode}\"\n{format}",
+                    run.table
+                )
+            })
+            .collect(),
+    };
     std::fs::write(
         &config,
         format!(
@@ -552,14 +603,17 @@ pub async fn sink(
     loop {
         let offsets: Vec<(i32, Option<i64>)> = sqlx::query_as(
             "SELECT partition, next_offset FROM kafka_offsets
-              WHERE consumer_group = $1 AND topic = $2 ORDER BY partition",
+              WHERE consumer_group = $1 AND (topic = $2 OR starts_with(topic, $3))
+              ORDER BY topic, partition",
         )
         .bind(run.group)
         .bind(run.topic)
+        .bind(run.pattern)
         .fetch_all(pool)
         .await?;
-        // Every partition has a row from its claim on, before any commits.
-        if !offsets.is_empty() {
+        // Every partition has a row from its claim on, before any commits. The readout
+        // tells partitions by number, so only one topic's.
+        if !offsets.is_empty() && run.pattern.is_none() {
             fairness
                 .get_or_insert_with(|| Readout::new(n, offsets.len()))
                 .sample(started.elapsed(), &offsets);
@@ -614,6 +668,7 @@ pub async fn sink(
     let status = child.wait()?;
     anyhow::ensure!(status.success(), "the sink did not stop cleanly: {status}");
     let summary = log_line(&log_path, "summary")?;
+    let assigned = assigned_after_start(&log_path)?;
     let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", run.table))
         .fetch_one(pool)
         .await?;
@@ -621,8 +676,8 @@ pub async fn sink(
         count as u64 == n,
         "the sink left {count} rows, expected {n}"
     );
-    if run.table == "bench_orders" {
-        check_sample(pool, n, run.registry.as_ref().map(|r| r.format)).await?;
+    if run.table == "bench_orders" || run.pattern.is_some() {
+        check_sample(pool, run.table, n, run.registry.as_ref().map(|r| r.format)).await?;
     }
     if let (Some(r), Some(requests)) = (&run.registry, registry_requests) {
         anyhow::ensure!(
@@ -647,6 +702,8 @@ pub async fn sink(
     m.steady_rows_per_sec = steady
         .filter(|s| *s > Duration::from_millis(500))
         .map(|s| n as f64 / s.as_secs_f64());
+    m.first_commit_seconds = first_commit.map(|t| (t - started).as_secs_f64());
+    m.assigned_seconds = assigned;
     if let Some(s) = summary {
         m.commit_p50_ms = s["commit_p50_ms"].as_f64();
         m.commit_p99_ms = s["commit_p99_ms"].as_f64();

@@ -86,24 +86,43 @@ pub async fn fresh_database(env: &Env, name: &str) -> anyhow::Result<(String, Pg
 
 /// Deletes (if present) and creates a topic.
 pub async fn fresh_topic(env: &Env, name: &str, partitions: i32) -> anyhow::Result<()> {
+    fresh_topics(env, &[(name.to_string(), partitions)]).await
+}
+
+/// Deletes (if present) and creates topics, each with its partition count, in one request
+/// each way: the `tables` scenario makes hundreds.
+pub async fn fresh_topics(env: &Env, topics: &[(String, i32)]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = env.kafka_config().create()?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let _ = admin.delete_topics(&[name], &options).await;
-    // Deletion is asynchronous in the broker: retry creation until the name is free.
+    let names: Vec<&str> = topics.iter().map(|(n, _)| n.as_str()).collect();
+    let _ = admin.delete_topics(&names, &options).await;
+    // Deletion is asynchronous in the broker: retry creation until the names are free.
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-        let result = admin.create_topics([&topic], &options).await?;
-        match result.into_iter().next() {
-            Some(Ok(_)) => return Ok(()),
-            Some(Err((_, e))) if Instant::now() < deadline => {
-                tracing::debug!(error = %e, "topic not yet deleted; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut missing: Vec<&(String, i32)> = topics.iter().collect();
+    while !missing.is_empty() {
+        let new: Vec<NewTopic> = missing
+            .iter()
+            .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let results = admin.create_topics(&new, &options).await?;
+        let mut failed = Vec::new();
+        for (topic, result) in missing.iter().zip(results) {
+            if let Err((_, e)) = result {
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "cannot create topic {}: {e}",
+                    topic.0
+                );
+                tracing::debug!(error = %e, topic = %topic.0, "topic not yet deleted; retrying");
+                failed.push(*topic);
             }
-            Some(Err((_, e))) => anyhow::bail!("cannot create topic {name}: {e}"),
-            None => anyhow::bail!("no result creating topic {name}"),
+        }
+        missing = failed;
+        if !missing.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    Ok(())
 }
 
 /// Produces orders `0..n` keyed by id, order `i` to partition `i % partitions`, each value
@@ -113,6 +132,16 @@ pub async fn produce(
     topic: &str,
     n: u64,
     partitions: i32,
+    value: impl Fn(u64) -> anyhow::Result<Vec<u8>>,
+) -> anyhow::Result<(Duration, u64)> {
+    produce_to(env, n, |i| (topic, (i % partitions as u64) as i32), value).await
+}
+
+/// `produce`, order `i` to the topic and partition `place` gives it.
+pub async fn produce_to<'t>(
+    env: &Env,
+    n: u64,
+    place: impl Fn(u64) -> (&'t str, i32),
     value: impl Fn(u64) -> anyhow::Result<Vec<u8>>,
 ) -> anyhow::Result<(Duration, u64)> {
     let producer: FutureProducer = env
@@ -130,10 +159,11 @@ pub async fn produce(
     for i in 0..n {
         let (key, value) = (data::key(i), value(i)?);
         bytes += value.len() as u64;
+        let (topic, partition) = place(i);
         let record = FutureRecord::to(topic)
             .key(&key)
             .payload(&value)
-            .partition((i % partitions as u64) as i32);
+            .partition(partition);
         pending.push(producer.send_result(record).map_err(|(e, _)| e)?);
         if pending.len() == 10_000 {
             for d in pending.drain(..) {

@@ -121,6 +121,52 @@ impl Catalog for DbCatalog {
         )
     }
 
+    /// As many at a time as the pool has connections: each description is a few catalog
+    /// queries, one round trip after another, so 200 tables took 200 times that in turn.
+    /// Each is bounded in time as `mapper` is.
+    fn mappers(&self, wanted: &[(TopicSettings, Arc<str>)]) -> Vec<Result<TopicMapper, String>> {
+        let at_once = (self.pool.options().get_max_connections() as usize).max(1);
+        let gate = Arc::new(tokio::sync::Semaphore::new(at_once));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, (settings, topic)) in wanted.iter().enumerate() {
+            let (gate, blocking, pool) = (gate.clone(), self.blocking.clone(), self.pool.clone());
+            let (settings, topic) = (settings.clone(), topic.clone());
+            tasks.spawn_on(
+                async move {
+                    // The gate is never closed.
+                    let _turn = gate.acquire_owned().await;
+                    let limit = blocking.timeout;
+                    let described =
+                        tokio::time::timeout(limit, TopicMapper::load(&pool, &settings, &topic))
+                            .await;
+                    let described = match described {
+                        Ok(Ok(mapper)) => Ok(mapper),
+                        Ok(Err(e)) => Err(format!("{e:#}")),
+                        Err(_) => Err(format!(
+                            "PostgreSQL did not answer within {limit:?} (describing a table)"
+                        )),
+                    };
+                    (i, described)
+                },
+                &self.blocking.runtime,
+            );
+        }
+        let mut out: Vec<Option<Result<TopicMapper, String>>> =
+            wanted.iter().map(|_| None).collect();
+        self.blocking.runtime.block_on(async {
+            while let Some(done) = tasks.join_next().await {
+                if let Ok((i, described)) = done {
+                    out[i] = Some(described);
+                }
+            }
+        });
+        out.into_iter()
+            .map(|d| {
+                d.unwrap_or_else(|| Err("describing the table failed (its task panicked)".into()))
+            })
+            .collect()
+    }
+
     fn table_mapper(
         &self,
         settings: &TopicSettings,

@@ -348,11 +348,13 @@ impl Pipeline {
     ) -> Result<(), EncodeError> {
         let Route { topic, targets, .. } = &self.routes[route];
         let target = &targets[target];
-        let rows = self
-            .lanes
-            .open_mut(lane)
-            .table_rows(target.slot, topic, &target.mapper);
-        target.mapper.encode(record, rows)
+        let open = self.lanes.open_mut(lane);
+        let rows = open.table_rows(target.slot, topic, &target.mapper);
+        let encoded = target.mapper.encode(record, rows);
+        // Whether the table's rows close the batch (`Lanes::added`).
+        let count = rows.rows();
+        open.note_rows(count);
+        encoded
     }
 
     /// Fetches schema `id` and teaches it to the target's mapping.

@@ -108,6 +108,14 @@ pub(crate) trait PositionStore: Send {
 pub(crate) trait Catalog: Send {
     /// The mapping of `topic` onto its table, described now.
     fn mapper(&self, settings: &TopicSettings, topic: &str) -> Result<TopicMapper, String>;
+    /// The mappings of several topics onto their tables (an assignment of many topics of a
+    /// pattern), described now, in the order asked; each as `mapper` would give it.
+    fn mappers(&self, wanted: &[(TopicSettings, Arc<str>)]) -> Vec<Result<TopicMapper, String>> {
+        wanted
+            .iter()
+            .map(|(settings, topic)| self.mapper(settings, topic))
+            .collect()
+    }
     /// Routing by record: the mapping of `topic`'s records onto `table`, one a record named
     /// and the allow-list allowed, described now.
     fn table_mapper(

@@ -1,5 +1,7 @@
 //! Rebalances: partitions claimed in PostgreSQL when assigned, finished when revoked.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rdkafka::Offset;
@@ -8,7 +10,7 @@ use super::lanes::backoff;
 use super::partitions::Start;
 use super::ports::{MoveKind, PartitionControl, Rebalance};
 use super::{Event, Fatal, Pipeline, Route};
-use crate::config::ResetPolicy;
+use crate::config::{ResetPolicy, TopicSettings};
 use crate::mapping::TopicMapper;
 use crate::offsets::TopicPartition;
 use crate::record_routing::TablePicker;
@@ -24,8 +26,9 @@ impl Pipeline {
         stop: &dyn Fn() -> bool,
     ) -> Vec<(TopicPartition, Offset)> {
         let mut routed = Vec::with_capacity(tps.len());
+        let mut described = self.describe_ahead(tps);
         for tp in tps {
-            match self.route_for(&tp.topic) {
+            match self.route_for(&tp.topic, &mut described) {
                 Ok(_) => routed.push(tp.clone()),
                 // Unroutable partitions are not started; the sink stops with the reason.
                 Err(fatal) => self.set_fatal(fatal),
@@ -117,9 +120,47 @@ impl Pipeline {
         }
     }
 
+    /// The tables of the topics this assignment brings first (a pattern of many topics, a
+    /// table each), described together (`Catalog::mappers`) rather than one after another
+    /// as `route_for` meets them; by topic. Topics routed by record describe their listed
+    /// tables in `route_for`.
+    pub(super) fn describe_ahead(
+        &self,
+        tps: &[TopicPartition],
+    ) -> HashMap<Arc<str>, Result<TopicMapper, String>> {
+        let mut wanted: Vec<(TopicSettings, Arc<str>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for tp in tps {
+            if self.route_index.contains_key(&tp.topic) || !seen.insert(tp.topic.clone()) {
+                continue;
+            }
+            let Some(settings) = self.router.settings_for(&tp.topic) else {
+                continue;
+            };
+            if matches!(TablePicker::new(settings), Ok(None)) {
+                wanted.push((settings.clone(), tp.topic.clone()));
+            }
+        }
+        // One table is described where it is met, as before.
+        if wanted.len() < 2 {
+            return HashMap::new();
+        }
+        let described = self.catalog.mappers(&wanted);
+        wanted
+            .into_iter()
+            .map(|(_, topic)| topic)
+            .zip(described)
+            .collect()
+    }
+
     /// The route of `topic`, building it on first sight (a topic matched by a pattern):
-    /// its table is described and its mapping checked before any record is read.
-    fn route_for(&mut self, topic: &std::sync::Arc<str>) -> Result<usize, Fatal> {
+    /// its table is described (or taken from `described`, see `describe_ahead`) and its
+    /// mapping checked before any record is read.
+    fn route_for(
+        &mut self,
+        topic: &Arc<str>,
+        described: &mut HashMap<Arc<str>, Result<TopicMapper, String>>,
+    ) -> Result<usize, Fatal> {
         if let Some(&i) = self.route_index.get(topic) {
             return Ok(i);
         }
@@ -135,9 +176,9 @@ impl Pipeline {
         let mut route =
             match TablePicker::new(&settings).map_err(Fatal::Other)? {
                 None => {
-                    let mapper: TopicMapper = self
-                        .catalog
-                        .mapper(&settings, topic)
+                    let mapper: TopicMapper = described
+                        .remove(topic)
+                        .unwrap_or_else(|| self.catalog.mapper(&settings, topic))
                         .map_err(Fatal::Other)?;
                     tracing::info!(%topic, table = %mapper.table(), "new topic routed");
                     Route::one(topic.clone(), mapper)

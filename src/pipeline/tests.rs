@@ -1290,6 +1290,135 @@ fn a_database_that_does_not_answer_while_a_routed_table_is_described_is_retried(
     );
 }
 
+/// A batch spread over several tables fills per table: it holds up to `max_records` rows of
+/// each, and `TABLE_SHARES` times `max_records` records in all, so each table's COPY carries
+/// more rows; one table reaching `max_records` rows still closes it, as a batch of one table
+/// always closed at `max_records` records.
+#[test]
+fn a_batch_of_many_tables_fills_per_table() {
+    let mut h = Harness::new(Setup {
+        max_records: 10,
+        topic: "table_from = { field = \"/tbl\" }\ntable_pattern = \"t[0-9]\"",
+        ..Setup::default()
+    });
+    h.assign(&[0]);
+    let value = |o: i64, table: i64| format!(r#"{{"id": {o}, "note": "n{o}", "tbl": "t{table}"}}"#);
+    // Eight tables in turn: five rows each when 40 records (4 × 10) close the batch.
+    for o in 0..45 {
+        h.deliver_value(0, o, &value(o, o % 8));
+    }
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1, "one batch sealed");
+    // Rows come table by table: in offset order, they are the first 40 records.
+    let mut rows = sent[0].3.clone();
+    rows.sort_unstable();
+    assert_eq!(rows, (0..40).map(|o| (0, o)).collect::<Vec<_>>());
+    assert_eq!(lanes::TABLE_SHARES * 10, 40);
+    // Then one table takes ten rows: it closes the batch at its tenth, with the five records
+    // of other tables still open before them.
+    for o in 45..55 {
+        h.deliver_value(0, o, &value(o, 9));
+    }
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].3.len(), 15);
+    h.answer_all();
+    h.answer_all();
+    h.assert_written_once(0, 0..55);
+}
+
+/// Describes every table as `t`, and records how it was asked: by `mapper` one topic at a
+/// time, or by `mappers` several together.
+#[derive(Clone, Default)]
+struct RecordingCatalog(Arc<Mutex<Vec<Vec<String>>>>);
+
+impl Catalog for RecordingCatalog {
+    fn mapper(&self, settings: &TopicSettings, topic: &str) -> Result<TopicMapper, String> {
+        self.0.lock().unwrap().push(vec![format!("one {topic}")]);
+        TopicMapper::new(settings, table()).map_err(|e| e.to_string())
+    }
+
+    fn mappers(&self, wanted: &[(TopicSettings, Arc<str>)]) -> Vec<Result<TopicMapper, String>> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(wanted.iter().map(|(_, t)| t.to_string()).collect());
+        wanted
+            .iter()
+            .map(|(s, _)| TopicMapper::new(s, table()).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    fn table_mapper(
+        &self,
+        _: &TopicSettings,
+        _: &str,
+        _: &str,
+    ) -> Result<TopicMapper, Undescribed> {
+        Err(Undescribed::Unusable("not routed by record".into()))
+    }
+}
+
+/// An assignment that brings many topics of a pattern describes their tables together
+/// (`Catalog::mappers`, which the database describes several at a time), each topic once
+/// whatever its partitions, and not the topics already routed; one new topic is described
+/// where it is met, as before.
+#[test]
+fn an_assignment_describes_the_tables_of_its_new_topics_together() {
+    let h = Harness::new(Setup::default());
+    let pattern: TopicSettings =
+        Figment::from(Toml::string("pattern = \"pat-.*\"\ntable = \"in_{topic}\""))
+            .extract()
+            .unwrap();
+    let catalog = RecordingCatalog::default();
+    let pipeline = Pipeline::new(PipelineParts {
+        routes: Vec::new(),
+        router: Router::new(std::slice::from_ref(&pattern)).unwrap(),
+        catalog: Box::new(catalog.clone()),
+        positions: Box::new(FakePositions(h.db.clone())),
+        schemas: Box::new(FakeSchemas::default()),
+        lanes: 2,
+        writers: Box::new(FakeWriters {
+            state: h.writers.clone(),
+            db: h.db.clone(),
+            capacity: 2,
+        }),
+        observer: Box::new(Seen::default()),
+        policy: Policy {
+            limits: BatchSettings::default(),
+            reset: ResetPolicy::Earliest,
+            out_of_range: ResetPolicy::Fail,
+            mirror_commits: false,
+            claim_budget: Duration::from_secs(5),
+        },
+    });
+    let at = |topic: &str, p: i32| TopicPartition::new(topic, p);
+    let described = pipeline.describe_ahead(&[
+        at("pat-a", 0),
+        at("pat-a", 1),
+        at("pat-b", 0),
+        at("pat-c", 0),
+        at("other", 0),
+    ]);
+    assert_eq!(
+        *catalog.0.lock().unwrap(),
+        vec![vec!["pat-a", "pat-b", "pat-c"]],
+        "one call for the three new topics, each once; none for a topic no entry matches"
+    );
+    let mut topics: Vec<&str> = described.keys().map(|t| &**t).collect();
+    topics.sort_unstable();
+    assert_eq!(topics, ["pat-a", "pat-b", "pat-c"]);
+    assert!(described.values().all(Result::is_ok));
+
+    assert!(
+        pipeline
+            .describe_ahead(&[at("pat-d", 0), at("pat-d", 1)])
+            .is_empty(),
+        "a single new topic is described where it is met"
+    );
+    assert_eq!(catalog.0.lock().unwrap().len(), 1);
+}
+
 mod evolve;
 
 /// The worst max/min ratio of stored positions over 8 partitions of `per` records each, taken

@@ -23,6 +23,7 @@ mod formats;
 mod helpers;
 mod json_text;
 mod layout;
+mod many_tables;
 mod mapping;
 mod memory_budget;
 mod metrics;
