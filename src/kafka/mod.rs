@@ -5,6 +5,7 @@
 pub mod clients;
 pub(crate) mod context;
 pub(crate) mod poll;
+pub(crate) mod protocol;
 pub(crate) mod queues;
 pub(crate) mod turns;
 

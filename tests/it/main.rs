@@ -20,6 +20,7 @@ mod deploy;
 mod fairness;
 mod faults;
 mod formats;
+mod group_spread;
 mod helpers;
 mod json_text;
 mod layout;
