@@ -23,8 +23,14 @@ use crate::shutdown::Shutdown;
 /// The API key of ConsumerGroupHeartbeat, the KIP-848 protocol's only group request.
 const CONSUMER_GROUP_HEARTBEAT: &str = " (68) Versions";
 
-/// How long one attempt waits for a broker to answer.
+/// librdkafka's `cgrp` debug line for a heartbeat answered without an error.
+const HEARTBEAT_ANSWERED: &str = "ConsumerGroupHeartbeat response received for member";
+
+/// How long one attempt waits for a broker to answer, before it warns and tries again.
 const ATTEMPT: Duration = Duration::from_secs(5);
+
+/// One metadata request of an attempt.
+const STEP: Duration = Duration::from_millis(250);
 
 /// What the probe client's log and error callbacks saw.
 #[derive(Default)]
@@ -37,6 +43,10 @@ struct Seen {
     auth_failure: Option<String>,
     /// The latest other error, for the warning while the brokers do not answer.
     error: Option<String>,
+    /// A heartbeat of the probe's member was answered without an error: the protocol works.
+    accepted: bool,
+    /// The broker refused ConsumerGroupHeartbeat although it lists it.
+    refused: Option<String>,
 }
 
 /// Collects the ApiVersions lines instead of forwarding librdkafka's debug output.
@@ -55,15 +65,17 @@ impl ProbeContext {
 
 impl ClientContext for ProbeContext {
     fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
-        if fac != "APIVERSION" {
-            return;
-        }
-        self.with(|seen| {
-            if message.contains("Broker API support") {
-                seen.versions = true;
-            } else if message.contains("ApiKey ") && message.contains(CONSUMER_GROUP_HEARTBEAT) {
-                seen.heartbeat = true;
+        self.with(|seen| match fac {
+            "APIVERSION" if message.contains("Broker API support") => seen.versions = true,
+            "APIVERSION"
+                if message.contains("ApiKey ") && message.contains(CONSUMER_GROUP_HEARTBEAT) =>
+            {
+                seen.heartbeat = true
             }
+            // The `cgrp` debug line of an answered heartbeat (rdkafka_cgrp.c), written only
+            // once the answer carried no error.
+            "HEARTBEAT" if message.contains(HEARTBEAT_ANSWERED) => seen.accepted = true,
+            _ => {}
         });
     }
 
@@ -74,6 +86,9 @@ impl ClientContext for ProbeContext {
                 | RDKafkaErrorCode::SaslAuthenticationFailed
                 | RDKafkaErrorCode::SSL,
             ) => seen.auth_failure = Some(reason.to_string()),
+            Some(RDKafkaErrorCode::UnsupportedVersion | RDKafkaErrorCode::UnsupportedFeature) => {
+                seen.refused = Some(reason.to_string())
+            }
             _ => seen.error = Some(reason.to_string()),
         });
     }
@@ -89,10 +104,21 @@ pub(crate) fn resolve(kafka: &KafkaSettings, shutdown: &Shutdown) -> GroupProtoc
     if kafka.group_protocol != GroupProtocol::Auto {
         return kafka.group_protocol;
     }
+    if let Some(property) = classic_only_property(kafka) {
+        tracing::info!(
+            protocol = ?GroupProtocol::Classic,
+            property,
+            "group_protocol auto: kafka.properties sets a property only the classic protocol takes"
+        );
+        return GroupProtocol::Classic;
+    }
     let started = Instant::now();
     loop {
         match probe(kafka) {
-            Ok(Some(offered)) => {
+            Ok(Some(listed)) => {
+                // Kafka 4 lists the API even when `group.coordinator.rebalance.protocols`
+                // leaves `consumer` out, and then refuses the heartbeat as a fatal error.
+                let offered = listed && heartbeat_accepted(kafka);
                 let protocol = if offered {
                     GroupProtocol::Consumer
                 } else {
@@ -100,7 +126,7 @@ pub(crate) fn resolve(kafka: &KafkaSettings, shutdown: &Shutdown) -> GroupProtoc
                 };
                 tracing::info!(
                     protocol = ?protocol,
-                    consumer_group_heartbeat = offered,
+                    consumer_group_heartbeat = listed,
                     "group_protocol auto: the brokers {} the KIP-848 consumer protocol",
                     if offered { "offer" } else { "do not offer" }
                 );
@@ -122,8 +148,27 @@ pub(crate) fn resolve(kafka: &KafkaSettings, shutdown: &Shutdown) -> GroupProtoc
     }
 }
 
+/// librdkafka refuses these with the `consumer` protocol (the broker decides them there): a
+/// configuration that sets one was written for `classic` and keeps it under `auto`.
+const CLASSIC_ONLY: &[&str] = &[
+    "heartbeat.interval.ms",
+    "session.timeout.ms",
+    "partition.assignment.strategy",
+    "group.protocol.type",
+];
+
+/// The first property of `kafka.properties` that only the classic protocol takes.
+fn classic_only_property(kafka: &KafkaSettings) -> Option<&'static str> {
+    CLASSIC_ONLY
+        .iter()
+        .copied()
+        .find(|p| kafka.properties.contains_key(*p))
+}
+
 /// One attempt: `Some(offered)` once a broker listed its APIs, `None` when none answered
-/// within `ATTEMPT`, `Err` when asking cannot succeed (credentials, configuration).
+/// within `ATTEMPT`, `Err` when asking cannot succeed (credentials, configuration). Short
+/// metadata requests, so an authentication failure ends it at once rather than after
+/// `ATTEMPT` (the consumer reports it, and `/ready` with it).
 fn probe(kafka: &KafkaSettings) -> Result<Option<bool>, String> {
     let mut config = admin_config(kafka);
     // After the user's properties: their own `debug` setting must not hide the list.
@@ -133,36 +178,143 @@ fn probe(kafka: &KafkaSettings) -> Result<Option<bool>, String> {
     let client: BaseConsumer<ProbeContext> = config
         .create_with_context(ProbeContext::default())
         .map_err(|e| redact_config_error(e).to_string())?;
-    let answered = client.fetch_metadata(None, ATTEMPT);
-    // rust-rdkafka queues librdkafka's log lines and errors on the main queue (`log.queue`),
-    // which a client without a group polls: the ApiVersions lines, logged before the metadata
-    // answer was read, are all there by now.
-    let _ = client.poll(Duration::from_millis(100));
-    let context = client.context();
-    context.with(|seen| {
-        if let Some(reason) = seen.auth_failure.take() {
-            return Err(reason);
-        }
-        if seen.versions {
-            return Ok(Some(seen.heartbeat));
-        }
-        match answered {
+    let deadline = Instant::now() + ATTEMPT;
+    loop {
+        let answered = client.fetch_metadata(None, STEP).is_ok();
+        // rust-rdkafka queues librdkafka's log lines and errors on the main queue
+        // (`log.queue`), which a client without a group polls. The ApiVersions lines are
+        // logged one after another as the answer is read: once the first is here, the rest
+        // are within this poll's wait.
+        let _ = client.poll(Duration::from_millis(50));
+        let verdict = client.context().with(|seen| {
+            if let Some(reason) = seen.auth_failure.take() {
+                return Some(Err(reason));
+            }
+            if seen.versions {
+                return Some(Ok(Some(seen.heartbeat)));
+            }
             // A broker that answered metadata but sent no ApiVersions list predates them
             // (or `api.version.request=false`): it has no KIP-848 either.
-            Ok(_) => Ok(Some(false)),
-            Err(e) => {
-                if let Some(reason) = seen.error.take() {
-                    tracing::debug!(reason = %reason, error = %e, "group_protocol probe");
-                }
-                Ok(None)
+            if answered {
+                return Some(Ok(Some(false)));
             }
+            if let Some(reason) = seen.error.take() {
+                tracing::debug!(reason = %reason, "group_protocol probe");
+            }
+            None
+        });
+        if let Some(verdict) = verdict {
+            return verdict;
         }
-    })
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+    }
+}
+
+/// How long the heartbeat probe waits for its first heartbeat's answer.
+const HEARTBEAT_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the brokers accept a KIP-848 heartbeat: one member of a group of its own
+/// (`<group_id>.protocol-probe`, so the sink's group never sees it), subscribed to a topic
+/// that does not exist, waits for its first heartbeat's answer. A refusal means `classic`;
+/// no verdict (the probe group not authorized, no answer in time) trusts the ApiVersions list.
+fn heartbeat_accepted(kafka: &KafkaSettings) -> bool {
+    let mut config = admin_config(kafka);
+    config
+        .set("group.id", format!("{}.protocol-probe", kafka.group_id))
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("debug", "cgrp")
+        .set_log_level(RDKafkaLogLevel::Debug);
+    let client: BaseConsumer<ProbeContext> = match config
+        .create_with_context(ProbeContext::default())
+        .map_err(|e| redact_config_error(e).to_string())
+    {
+        Ok(client) => client,
+        Err(reason) => {
+            tracing::warn!(%reason, "group_protocol auto: cannot create the heartbeat probe");
+            return true;
+        }
+    };
+    if let Err(e) = client.subscribe(&["kafka-pg-sink.protocol-probe.no-such-topic"]) {
+        tracing::warn!(error = %e, "group_protocol auto: the heartbeat probe cannot subscribe");
+        return true;
+    }
+    let deadline = Instant::now() + HEARTBEAT_WAIT;
+    let verdict = loop {
+        let _ = client.poll(Duration::from_millis(100));
+        let seen = client
+            .context()
+            .with(|seen| (seen.accepted, seen.refused.take(), seen.error.take()));
+        match seen {
+            (_, Some(reason), _) => {
+                tracing::warn!(
+                    %reason,
+                    "group_protocol auto: the brokers list ConsumerGroupHeartbeat but refuse it \
+                     (is `consumer` missing from group.coordinator.rebalance.protocols?)"
+                );
+                break false;
+            }
+            (true, None, _) => break true,
+            (false, None, error) if Instant::now() >= deadline => {
+                tracing::warn!(
+                    reason = error.as_deref().unwrap_or("no answer"),
+                    "group_protocol auto: the heartbeat probe got no verdict; going by the \
+                     brokers' API list"
+                );
+                break true;
+            }
+            _ => {}
+        }
+    };
+    client.unsubscribe();
+    verdict
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Overrides, Settings};
+
+    /// The `[kafka]` section of a minimal configuration plus `extra` lines.
+    fn kafka(extra: &str) -> KafkaSettings {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sink.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
+            ),
+        )
+        .unwrap();
+        Settings::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .kafka
+    }
+
+    /// An explicit protocol is used as written, and `auto` with a property only the classic
+    /// protocol takes keeps classic, in both cases without asking a broker (none listens at
+    /// the configured address).
+    #[test]
+    fn explicit_protocols_and_classic_only_properties_need_no_broker() {
+        let shutdown = Shutdown::new();
+        for (extra, expected) in [
+            ("group_protocol = \"classic\"", GroupProtocol::Classic),
+            ("group_protocol = \"consumer\"", GroupProtocol::Consumer),
+            (
+                "[kafka.properties]\n\"heartbeat.interval.ms\" = \"500\"",
+                GroupProtocol::Classic,
+            ),
+            (
+                "group_protocol = \"auto\"\n[kafka.properties]\n\"partition.assignment.strategy\" = \"range\"",
+                GroupProtocol::Classic,
+            ),
+        ] {
+            assert_eq!(resolve(&kafka(extra), &shutdown), expected, "{extra}");
+        }
+        assert_eq!(classic_only_property(&kafka("")), None);
+    }
 
     /// The lines librdkafka 2.12's `feature` debug context writes for an ApiVersions answer
     /// (rdkafka_request.c) decide the protocol; other lines and facilities do not.
@@ -181,6 +333,8 @@ mod tests {
         );
         context.with(|seen| assert!(seen.versions && !seen.heartbeat));
         log("APIVERSION", "[thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap:   ApiKey ConsumerGroupHeartbeat (68) Versions 0..1");
-        context.with(|seen| assert!(seen.heartbeat));
+        context.with(|seen| assert!(seen.heartbeat && !seen.accepted));
+        log("HEARTBEAT", "[thrd:main]: ConsumerGroupHeartbeat response received for member id \"abc\" with epoch 1");
+        context.with(|seen| assert!(seen.accepted));
     }
 }
