@@ -1,11 +1,13 @@
 //! `kafka.group_protocol = "auto"` (the default): the KIP-848 `consumer` protocol when the
-//! brokers offer it, else `classic`. Under `classic` a group of processes started together
-//! hands the whole backlog to the first one and spreads it only after further rebalance
-//! rounds; under `consumer` the broker assigns every member in one step.
+//! brokers offer it, else `classic`. Under `classic` processes started together hand the
+//! whole backlog to the first one to join, and those joining after its join completed sit
+//! through an empty rebalance round first; under `consumer` the broker gives each member its
+//! share as the owner revokes it, one heartbeat later.
 //!
 //! librdkafka does not expose the brokers' API versions, but its `feature` debug context
 //! logs the ApiVersions answer line by line; a short-lived client without a group reads
-//! them from there.
+//! them from there. Kafka 4 lists ConsumerGroupHeartbeat even when its coordinator has the
+//! protocol off, so a listed API is confirmed by one heartbeat in a group of its own.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,9 +49,12 @@ struct Seen {
     accepted: bool,
     /// The broker refused ConsumerGroupHeartbeat although it lists it.
     refused: Option<String>,
+    /// The probe's group is not the sink's to use (ACLs): no verdict, and no point waiting.
+    unauthorized: Option<String>,
 }
 
-/// Collects the ApiVersions lines instead of forwarding librdkafka's debug output.
+/// Collects the ApiVersions and heartbeat lines instead of forwarding librdkafka's debug
+/// output.
 #[derive(Default)]
 struct ProbeContext {
     seen: Mutex<Seen>,
@@ -89,6 +94,10 @@ impl ClientContext for ProbeContext {
             Some(RDKafkaErrorCode::UnsupportedVersion | RDKafkaErrorCode::UnsupportedFeature) => {
                 seen.refused = Some(reason.to_string())
             }
+            Some(
+                RDKafkaErrorCode::GroupAuthorizationFailed
+                | RDKafkaErrorCode::TopicAuthorizationFailed,
+            ) => seen.unauthorized = Some(reason.to_string()),
             _ => seen.error = Some(reason.to_string()),
         });
     }
@@ -244,28 +253,36 @@ fn heartbeat_accepted(kafka: &KafkaSettings) -> bool {
     let deadline = Instant::now() + HEARTBEAT_WAIT;
     let verdict = loop {
         let _ = client.poll(Duration::from_millis(100));
-        let seen = client
-            .context()
-            .with(|seen| (seen.accepted, seen.refused.take(), seen.error.take()));
-        match seen {
-            (_, Some(reason), _) => {
-                tracing::warn!(
-                    %reason,
-                    "group_protocol auto: the brokers list ConsumerGroupHeartbeat but refuse it \
-                     (is `consumer` missing from group.coordinator.rebalance.protocols?)"
-                );
-                break false;
-            }
-            (true, None, _) => break true,
-            (false, None, error) if Instant::now() >= deadline => {
-                tracing::warn!(
-                    reason = error.as_deref().unwrap_or("no answer"),
-                    "group_protocol auto: the heartbeat probe got no verdict; going by the \
-                     brokers' API list"
-                );
-                break true;
-            }
-            _ => {}
+        // Credentials the brokers refuse count as "not authorized" here: the consumer meets
+        // the same failure at once and reports it (`/ready`, `kafka.auth_failure_timeout`).
+        let (accepted, refused, unauthorized) = client.context().with(|seen| {
+            (
+                seen.accepted,
+                seen.refused.take(),
+                seen.unauthorized
+                    .take()
+                    .or_else(|| seen.auth_failure.take()),
+            )
+        });
+        if let Some(reason) = refused {
+            tracing::warn!(
+                %reason,
+                "group_protocol auto: the brokers list ConsumerGroupHeartbeat but refuse it \
+                 (is `consumer` missing from group.coordinator.rebalance.protocols?)"
+            );
+            break false;
+        }
+        if accepted {
+            break true;
+        }
+        if unauthorized.is_some() || Instant::now() >= deadline {
+            let reason = unauthorized.or_else(|| client.context().with(|seen| seen.error.take()));
+            tracing::warn!(
+                reason = reason.as_deref().unwrap_or("no answer"),
+                "group_protocol auto: the heartbeat probe got no verdict; going by the \
+                 brokers' API list"
+            );
+            break true;
         }
     };
     client.unsubscribe();
