@@ -125,6 +125,16 @@ pub(crate) fn resolve(kafka: &KafkaSettings, shutdown: &Shutdown) -> GroupProtoc
     loop {
         match probe(kafka) {
             Ok(Some(listed)) => {
+                if let Some(assignor) = listed.then(|| running_classic_group(kafka)).flatten() {
+                    tracing::info!(
+                        protocol = ?GroupProtocol::Classic,
+                        group = %kafka.group_id,
+                        assignor,
+                        "group_protocol auto: the group runs the classic protocol; joining it \
+                         as it is (Kafka cannot move it to KIP-848 while members remain)"
+                    );
+                    return GroupProtocol::Classic;
+                }
                 // Kafka 4 lists the API even when `group.coordinator.rebalance.protocols`
                 // leaves `consumer` out, and then refuses the heartbeat as a fatal error.
                 let offered = listed && heartbeat_accepted(kafka);
@@ -219,6 +229,40 @@ fn probe(kafka: &KafkaSettings) -> Result<Option<bool>, String> {
             return Ok(None);
         }
     }
+}
+
+/// The assignor of the sink's group when it is a classic group with members. A process
+/// joining it with the `consumer` protocol would get nothing: Kafka upgrades a classic group
+/// online only when no member's assignor keeps user data, and librdkafka's
+/// cooperative-sticky does ("Cannot upgrade classic group … userData from a custom assignor
+/// would be lost"), so a rolling update onto `auto` would stall on its first new process.
+/// An empty group, a KIP-848 group or no answer: `None`.
+fn running_classic_group(kafka: &KafkaSettings) -> Option<String> {
+    let client: BaseConsumer = admin_config(kafka).create().ok()?;
+    let groups = match client.fetch_group_list(Some(&kafka.group_id), ATTEMPT) {
+        Ok(groups) => groups,
+        Err(e) => {
+            tracing::debug!(error = %e, "group_protocol auto: cannot describe the group");
+            return None;
+        }
+    };
+    let group = groups
+        .groups()
+        .iter()
+        .find(|g| g.name() == kafka.group_id)?;
+    tracing::debug!(
+        state = group.state(),
+        protocol_type = group.protocol_type(),
+        protocol = group.protocol(),
+        members = group.members().len(),
+        "group_protocol auto: the group as described"
+    );
+    // The assignor is empty while the group rebalances; the members say it is running.
+    // Kafka describes only classic groups this way: a KIP-848 group is refused.
+    (!group.members().is_empty()).then(|| match group.protocol() {
+        "" => format!("(rebalancing: {})", group.state()),
+        assignor => assignor.to_string(),
+    })
 }
 
 /// How long the heartbeat probe waits for its first heartbeat's answer.

@@ -31,6 +31,7 @@ mod out_of_range;
 mod partitioned;
 mod positions;
 mod protobuf;
+mod protocol_migration;
 mod rebalance;
 mod records;
 mod registry;
