@@ -25,7 +25,7 @@ struct Spread {
     commits: Vec<Duration>,
     assignments: Vec<(usize, usize)>,
     drained: Duration,
-    /// Each sink's `group_protocol auto` line, if it resolved one.
+    /// Each sink's `group_protocol auto: the brokers …` line, if it resolved one that way.
     resolved: Vec<String>,
 }
 
@@ -160,7 +160,7 @@ async fn four_processes_on_a_backlog(
             .map(|s| {
                 let logs = s.logs();
                 logs.lines()
-                    .find(|l| l.contains("group_protocol auto"))
+                    .find(|l| l.contains("group_protocol auto: the brokers"))
                     .unwrap_or_default()
                     .to_string()
             })
