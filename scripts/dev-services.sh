@@ -69,7 +69,12 @@
 #
 # Other environment: KPS_CACHE_DIR, KPS_KAFKA_START_TIMEOUT (s, default 120),
 # KPS_KAFKA_HEAP (broker -Xmx: default 1g, 384m for a named instance),
-# KPS_PG_CLUSTER (cluster name override, to exercise this script on a scratch cluster).
+# KPS_PG_CLUSTER (cluster name override, to exercise this script on a scratch cluster),
+# KPS_KAFKA_BROKER_PROPERTIES (named instances only: extra server.properties lines, one
+# per line, appended after the template so they win, e.g.
+# 'group.initial.rebalance.delay.ms=3000' for the broker's production default; remembered
+# in $CACHE/run/NAME/broker-extra.properties like the ports, set it empty to drop them;
+# refused for the default instance, whose broker others share).
 #
 # TLS: a CA and a server certificate (CN localhost; SAN DNS:localhost, IP:127.0.0.1,
 # IP:::1) are generated once with openssl into $CACHE/tls (ca.crt, server.crt,
@@ -177,7 +182,28 @@ save_ports() {
     printf 'pg=%s\nkafka=%s\ncontroller=%s\nsasl=%s\nssl=%s\nregistry=%s\n' "$PG_PORT" "$KAFKA_PORT" \
         "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" "$REGISTRY_PORT" >"$PORTS_FILE.tmp"
     mv -f "$PORTS_FILE.tmp" "$PORTS_FILE"
+    printf '%s' "$BROKER_EXTRA" >"$BROKER_EXTRA_FILE"
 }
+
+# A named instance's extra broker settings (KPS_KAFKA_BROKER_PROPERTIES): set (even empty)
+# wins and is remembered; unset reuses what was remembered. The default instance has none:
+# a broker others share must not change under them.
+BROKER_EXTRA_FILE=$INSTANCE_DIR/broker-extra.properties
+if is_default; then
+    [[ -z ${KPS_KAFKA_BROKER_PROPERTIES:-} ]] ||
+        die "KPS_KAFKA_BROKER_PROPERTIES is for named instances (KPS_INSTANCE=NAME): the default broker is shared"
+    BROKER_EXTRA=
+elif [[ -n ${KPS_KAFKA_BROKER_PROPERTIES+x} ]]; then
+    BROKER_EXTRA=$KPS_KAFKA_BROKER_PROPERTIES
+elif [[ -f $BROKER_EXTRA_FILE ]]; then
+    BROKER_EXTRA=$(<"$BROKER_EXTRA_FILE")
+else
+    BROKER_EXTRA=
+fi
+while IFS= read -r line; do
+    [[ -z $line || $line == '#'* || $line =~ ^[A-Za-z0-9._-]+=.* ]] ||
+        die "KPS_KAFKA_BROKER_PROPERTIES: '$line' is not a key=value line"
+done <<<"$BROKER_EXTRA"
 
 # ---------------------------------------------------------------- settings
 
@@ -484,6 +510,9 @@ kafka_config_text() {
         -e "s|@SASL_PASSWORD@|$(sed_escape "$KAFKA_SASL_PASSWORD")|g" \
         -e "s|@KEYSTORE@|$(sed_escape "$TLS_PEM")|g" \
         "$KAFKA_SRC_DIR/server.properties.template"
+    if [[ -n $BROKER_EXTRA ]]; then
+        printf '\n# KPS_KAFKA_BROKER_PROPERTIES of this instance (later lines win)\n%s\n' "$BROKER_EXTRA"
+    fi
     printf '# sha256 of the keystore when this file was written: %s\n' \
         "$(sha256sum <"$TLS_PEM" | cut -d' ' -f1)"
 }

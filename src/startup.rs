@@ -9,7 +9,7 @@ use secrecy::ExposeSecret;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::config::{SessionRole, Settings};
+use crate::config::{KafkaSettings, SessionRole, Settings};
 use crate::health::Health;
 use crate::kafka::context::SinkContext;
 use crate::kafka::{self, clients};
@@ -217,7 +217,21 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         health,
         prefetch.queues,
     );
-    let consumer: BaseConsumer<SinkContext> = clients::client_config(&settings.kafka)
+    // Asked before the consumer exists: its protocol is fixed when it is created.
+    let kafka_settings = {
+        let kafka = settings.kafka.clone();
+        let shutdown = shutdown.clone();
+        tokio::task::spawn_blocking(move || {
+            let protocol = kafka::protocol::resolve(&kafka, &shutdown);
+            KafkaSettings {
+                group_protocol: protocol,
+                ..kafka
+            }
+        })
+        .await
+        .context("resolving kafka.group_protocol")?
+    };
+    let consumer: BaseConsumer<SinkContext> = clients::client_config(&kafka_settings)
         .create_with_context(context)
         .map_err(clients::redact_config_error)
         .context("creating the Kafka consumer")?;

@@ -93,11 +93,14 @@ impl std::fmt::Debug for KafkaSettings {
     }
 }
 
-/// The Kafka group protocol: `classic` (cooperative-sticky) or KIP-848 `consumer`.
+/// The Kafka group protocol: `classic` (cooperative-sticky), KIP-848 `consumer`, or `auto`
+/// (the default): `consumer` when the brokers offer it, asked at start
+/// (`kafka::protocol::resolve`), because a group started together spreads in one step there.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GroupProtocol {
     #[default]
+    Auto,
     Classic,
     Consumer,
 }

@@ -413,7 +413,7 @@ mod tests {
 
         let k = &s.kafka;
         assert_eq!(k.group_id, "kafka-pg-sink");
-        assert_eq!(k.group_protocol, GroupProtocol::Classic);
+        assert_eq!(k.group_protocol, GroupProtocol::Auto);
         assert_eq!(k.auto_offset_reset, ResetPolicy::Earliest);
         assert_eq!(k.watermark_interval, Duration::from_secs(5));
         assert!(!k.mirror_commits);

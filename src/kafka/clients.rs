@@ -100,7 +100,9 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
     ];
     own.extend(Prefetch::of(kafka.memory_budget).properties());
     match kafka.group_protocol {
-        GroupProtocol::Classic => {
+        // `auto` is resolved at start (`protocol::resolve`); a caller that did not resolve it
+        // gets the protocol every broker speaks.
+        GroupProtocol::Classic | GroupProtocol::Auto => {
             own.push(("group.protocol", "classic".into()));
             own.push(("partition.assignment.strategy", "cooperative-sticky".into()));
             own.push((
@@ -138,7 +140,7 @@ mod tests {
     /// README's `[kafka]` section: what the sink sets on its consumer, per group protocol.
     #[test]
     fn the_consumer_gets_the_documented_settings_per_protocol() {
-        let classic = client_config(&kafka(""));
+        let classic = client_config(&kafka("group_protocol = \"classic\""));
         for (key, value) in [
             ("group.id", "kafka-pg-sink"),
             ("enable.auto.commit", "false"),
@@ -168,7 +170,9 @@ mod tests {
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
         assert_eq!(consumer.get("auto.offset.reset"), Some("error"));
 
-        let classic = client_config(&kafka("session_timeout = \"10s\""));
+        let classic = client_config(&kafka(
+            "group_protocol = \"classic\"\nsession_timeout = \"10s\"",
+        ));
         assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
     }
 

@@ -6,6 +6,7 @@ pub(crate) mod budget;
 pub mod clients;
 pub(crate) mod context;
 pub(crate) mod poll;
+pub(crate) mod protocol;
 pub(crate) mod queues;
 pub(crate) mod turns;
 

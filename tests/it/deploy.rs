@@ -160,3 +160,64 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
     let (ok, _, stderr) = render(&["--set", "replicaCount=8", "--set", "partitions=8"]);
     assert!(ok, "as many replicas as partitions must render: {stderr}");
 }
+
+/// The Deployment's `KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET`, if it sets one.
+fn memory_budget(deployment: &str) -> Option<String> {
+    let after = deployment
+        .split("- name: KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET\n")
+        .nth(1)?;
+    let value = after.lines().next()?.trim().strip_prefix("value: ")?;
+    Some(value.trim_matches('"').to_string())
+}
+
+/// The chart sets the sink's memory budget from the pod's memory limit: the limit minus
+/// `memoryBudget.headroomPercent` (25 by default) or minus `memoryBudget.headroom` when that
+/// is set, in whole MiB, for binary and decimal quantities alike; nothing without a limit or
+/// with `fromLimit: false`; a headroom that leaves nothing, or a quantity it cannot read, is
+/// refused.
+#[test]
+fn the_chart_sets_the_memory_budget_from_the_memory_limit() {
+    let budget_of = |args: &[&str]| {
+        let (ok, rendered, stderr) = render(args);
+        assert!(ok, "{args:?}: {stderr}");
+        memory_budget(manifest(&rendered, "Deployment"))
+    };
+    // The default limit, 512Mi, less 25%.
+    assert_eq!(budget_of(&[]).as_deref(), Some("384MiB"));
+    for (args, expected) in [
+        (
+            &[
+                "--set",
+                "resources.limits.memory=1Gi",
+                "--set",
+                "memoryBudget.headroom=256Mi",
+            ][..],
+            "768MiB",
+        ),
+        (&["--set", "resources.limits.memory=2G"][..], "1430MiB"),
+        (
+            &[
+                "--set",
+                "resources.limits.memory=1.5Gi",
+                "--set",
+                "memoryBudget.headroomPercent=10",
+            ][..],
+            "1382MiB",
+        ),
+        (
+            &["--set", "resources.limits.memory=536870912"][..],
+            "384MiB",
+        ),
+    ] {
+        assert_eq!(budget_of(args).as_deref(), Some(expected), "{args:?}");
+    }
+    assert_eq!(budget_of(&["--set", "memoryBudget.fromLimit=false"]), None);
+    assert_eq!(budget_of(&["--set", "resources.limits.memory=null"]), None);
+
+    let (ok, _, stderr) = render(&["--set", "memoryBudget.headroom=600Mi"]);
+    assert!(!ok, "a headroom above the limit was accepted");
+    assert!(stderr.contains("leaves no budget"), "{stderr}");
+    let (ok, _, stderr) = render(&["--set", "resources.limits.memory=lots"]);
+    assert!(!ok, "an unreadable limit was accepted");
+    assert!(stderr.contains("memory quantity \"lots\""), "{stderr}");
+}

@@ -28,15 +28,25 @@ fn free_ports() -> [u16; 5] {
 impl Private {
     /// Starts `service` ("postgres" or "kafka") as a new instance.
     pub fn up(service: &str) -> Self {
+        Self::up_with(service, &[])
+    }
+
+    /// Starts `service` with extra environment for the script, e.g.
+    /// `KPS_KAFKA_BROKER_PROPERTIES` for broker settings the shared broker does not have.
+    pub fn up_with(service: &str, env: &[(&str, &str)]) -> Self {
         let private = Self {
             name: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
             ports: free_ports(),
         };
-        private.run(&["up", service]);
+        private.run_env(&["up", service], env);
         private
     }
 
     fn run(&self, args: &[&str]) {
+        self.run_env(args, &[]);
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) {
         let [pg, kafka, controller, sasl, ssl] = self.ports;
         let out = Command::new(SCRIPT)
             .args(args)
@@ -46,6 +56,7 @@ impl Private {
             .env("KPS_KAFKA_CONTROLLER_PORT", controller.to_string())
             .env("KPS_KAFKA_SASL_PORT", sasl.to_string())
             .env("KPS_KAFKA_SSL_PORT", ssl.to_string())
+            .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {SCRIPT}: {e}"));
         assert!(
