@@ -210,6 +210,13 @@ fn the_chart_sets_the_memory_budget_from_the_memory_limit() {
         ),
     ] {
         assert_eq!(budget_of(args).as_deref(), Some(expected), "{args:?}");
+        // The sink reads the value as `kafka.memory_budget` does: a size in MiB.
+        let mib: u64 = expected.trim_end_matches("MiB").parse().unwrap();
+        assert_eq!(
+            expected.parse::<bytesize::ByteSize>(),
+            Ok(bytesize::ByteSize::mib(mib)),
+            "{expected}"
+        );
     }
     assert_eq!(budget_of(&["--set", "memoryBudget.fromLimit=false"]), None);
     assert_eq!(budget_of(&["--set", "resources.limits.memory=null"]), None);
