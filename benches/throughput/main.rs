@@ -293,6 +293,7 @@ async fn main() -> anyhow::Result<()> {
         format: None,
         idle_topic: None,
         pattern: None,
+        poll_every: std::time::Duration::from_millis(20),
     };
     let rounds = args.rounds.max(1);
     let mut per_round: Vec<Vec<(String, f64)>> = Vec::new();
@@ -441,7 +442,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("partitions") {
         let (measured, ratios) =
-            partitions::partitions(&env, &run, &pool, n, &args.partition_counts).await?;
+            partitions::partitions(&env, &run, &url, &pool, n, &args.partition_counts).await?;
         results.extend(measured);
         ratios_extra.extend(ratios);
     }

@@ -6,24 +6,33 @@ use kafka_pg_sink::config::WriteMode;
 use sqlx::PgPool;
 
 use crate::data;
-use crate::scenarios::{self, Measurement, SinkRun};
+use crate::scenarios::{self, Measurement, RowOrder, SinkRun};
 use crate::setup;
 
 /// Each count's drain, in the order given, and the ratios of each to the first.
 pub async fn partitions<'a>(
     env: &setup::Env,
     run: &dyn Fn(&'static str, &'static str, WriteMode) -> SinkRun<'a>,
+    url: &str,
     pool: &PgPool,
     n: u64,
     counts: &[i32],
 ) -> anyhow::Result<(Vec<Measurement>, Vec<(String, f64)>)> {
     let mut measured: Vec<(i32, Measurement)> = Vec::new();
+    let mut ceilings = Vec::new();
     for &count in counts {
         let topic = format!("kps-bench-p{count}");
         eprintln!("producing {n} records on {count} partitions");
         setup::fresh_topic(env, &topic, count).await?;
         let (_, payload) =
             setup::produce(env, &topic, n, count, |i| Ok(data::order(i).into_bytes())).await?;
+        // PostgreSQL's own cost of the rows in the order that many partitions interleave them
+        // (the orders' ids are spread over the partitions, so the more partitions, the further
+        // apart the ids a batch inserts into the primary key): the ceiling for this count.
+        eprintln!("COPY, rows in the order of {count} partitions");
+        let ceiling =
+            scenarios::copy_ceiling(url, pool, n, payload, RowOrder::Topic { partitions: count })
+                .await?;
         eprintln!("sink, insert mode, {count} partitions");
         let name: &'static str = Box::leak(format!("sink insert, {count} partitions").into());
         let group: &'static str = Box::leak(format!("bench-partitions-{count}").into());
@@ -31,6 +40,9 @@ pub async fn partitions<'a>(
             &SinkRun {
                 topic: &topic,
                 group,
+                // The same for every count: 256 rows read 50 times a second cost PostgreSQL
+                // more than 8 do, which the comparison would count against the sink.
+                poll_every: std::time::Duration::from_millis(200),
                 ..run(name, group, WriteMode::Insert)
             },
             pool,
@@ -41,9 +53,18 @@ pub async fn partitions<'a>(
         .await?;
         // 256 columns of lag would bury the table; the fairness test covers it.
         m.fairness = None;
+        ceilings.push((count, m.rows_per_sec / ceiling.rows_per_sec));
         measured.push((count, m));
     }
-    let mut ratios = Vec::new();
+    let mut ratios: Vec<(String, f64)> = ceilings
+        .iter()
+        .map(|(count, r)| {
+            (
+                format!("sink insert / COPY in the order of {count} partitions"),
+                *r,
+            )
+        })
+        .collect();
     if let Some((first, base)) = measured.first() {
         for (count, m) in measured.iter().skip(1) {
             ratios.push((

@@ -407,6 +407,10 @@ pub struct SinkRun<'a> {
     /// Consume every topic whose name starts with this prefix, each into the table named
     /// after it (`tables`), instead of `topic`; `table` is then a view of all those tables.
     pub pattern: Option<&'a str>,
+    /// How often the drain's progress is read from `kafka_offsets`: 20 ms, or longer where
+    /// reading hundreds of partitions' rows that often would itself load PostgreSQL and skew
+    /// a comparison with fewer partitions (`partitions`).
+    pub poll_every: Duration,
 }
 
 /// A topic whose records are framed for a Schema Registry.
@@ -637,7 +641,7 @@ pub async fn sink(
             );
         }
         anyhow::ensure!(Instant::now() < deadline, "the sink did not drain in time");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(run.poll_every).await;
     }
     let elapsed = started.elapsed();
     let steady = first_commit.map(|t| t.elapsed());
