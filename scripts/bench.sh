@@ -12,6 +12,7 @@
 #   scripts/bench.sh --only tables --tables 1,10 --records 20000  # fewer tables (CI's smoke size)
 #   scripts/bench.sh --only partitions --records 3000000 --compression lz4  # 8 / 64 / 256 partitions: rows/s, peak RSS
 #   scripts/bench.sh --only partitions --partition-counts 1,1024 --memory-budget 128MiB
+#   scripts/bench.sh --only partitions --partitioner murmur2   # orders placed by key, as Kafka's Java producer
 # BENCH_PROFILE=dev uses the debug build (CI's smoke run: it must finish, numbers mean nothing).
 # Needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL, and for avro and protobuf (in the default
 # set) SCHEMA_REGISTRY_URL: eval "$(scripts/dev-services.sh env)"

@@ -144,6 +144,33 @@ pub fn key(i: u64) -> String {
     format!("o-{i:010}")
 }
 
+/// The partition Kafka's Java producer gives a key by default (murmur2 of the key bytes,
+/// made positive, modulo the partition count): orders spread as users' keyed records are,
+/// rather than order `i` on partition `i % N`.
+pub fn murmur2_partition(key: &[u8], partitions: i32) -> i32 {
+    const M: u32 = 0x5bd1e995;
+    let mut h: u32 = 0x9747b28c ^ key.len() as u32;
+    let mut chunks = key.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        for (i, b) in tail.iter().enumerate().rev() {
+            h ^= u32::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    ((h & 0x7fff_ffff) % partitions as u32) as i32
+}
+
 /// The sparse-upsert scenario's table: the orders' columns, nullable, so records may leave
 /// any of them out.
 pub const SPARSE_DDL: &str = "

@@ -76,6 +76,10 @@ struct Args {
     /// `--records`.
     #[arg(long, value_delimiter = ',', default_value = "8,64,256")]
     partition_counts: Vec<i32>,
+    /// Where the `partitions` scenario's orders go: `modulo` (order `i` on partition
+    /// `i % N`, as every other scenario) or `murmur2` (by key, as Kafka's Java producer).
+    #[arg(long, default_value = "modulo", value_parser = ["modulo", "murmur2"])]
+    partitioner: String,
     /// The sink's `kafka.memory_budget` (e.g. "128MiB"; default: the sink's own default).
     #[arg(long)]
     memory_budget: Option<String>,
@@ -441,8 +445,16 @@ async fn main() -> anyhow::Result<()> {
         results.push(scenarios::sink(&existing, &pool, n, payload, false).await?);
     }
     if wants("partitions") {
-        let (measured, ratios) =
-            partitions::partitions(&env, &run, &url, &pool, n, &args.partition_counts).await?;
+        let (measured, ratios) = partitions::partitions(
+            &env,
+            &run,
+            &url,
+            &pool,
+            n,
+            &args.partition_counts,
+            args.partitioner == "murmur2",
+        )
+        .await?;
         results.extend(measured);
         ratios_extra.extend(ratios);
     }

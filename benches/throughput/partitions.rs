@@ -1,6 +1,7 @@
 //! The `partitions` scenario: the same backlog on 8, 64 and 256 partitions, drained by one
 //! sink each, for rows/s and peak resident memory side by side (issue 26: memory follows
-//! `kafka.memory_budget`, not the partition count, and speed holds).
+//! `kafka.memory_budget`, not the partition count, and speed holds). Order `i` goes to
+//! partition `i % N`, or with `--partitioner murmur2` where Kafka's Java producer puts its key.
 
 use kafka_pg_sink::config::WriteMode;
 use sqlx::PgPool;
@@ -17,22 +18,39 @@ pub async fn partitions<'a>(
     pool: &PgPool,
     n: u64,
     counts: &[i32],
+    by_key: bool,
 ) -> anyhow::Result<(Vec<Measurement>, Vec<(String, f64)>)> {
     let mut measured: Vec<(i32, Measurement)> = Vec::new();
-    let mut ceilings = Vec::new();
+    let mut ceilings: Vec<(i32, f64)> = Vec::new();
     for &count in counts {
         let topic = format!("kps-bench-p{count}");
         eprintln!("producing {n} records on {count} partitions");
         setup::fresh_topic(env, &topic, count).await?;
-        let (_, payload) =
-            setup::produce(env, &topic, n, count, |i| Ok(data::order(i).into_bytes())).await?;
+        let (_, payload) = setup::produce_to(
+            env,
+            n,
+            |i| {
+                let partition = if by_key {
+                    data::murmur2_partition(data::key(i).as_bytes(), count)
+                } else {
+                    (i % count as u64) as i32
+                };
+                (topic.as_str(), partition)
+            },
+            |i| Ok(data::order(i).into_bytes()),
+        )
+        .await?;
         // PostgreSQL's own cost of the rows in the order that many partitions interleave them
         // (the orders' ids are spread over the partitions, so the more partitions, the further
         // apart the ids a batch inserts into the primary key): the ceiling for this count.
-        eprintln!("COPY, rows in the order of {count} partitions");
-        let ceiling =
-            scenarios::copy_ceiling(url, pool, n, payload, RowOrder::Topic { partitions: count })
-                .await?;
+        // Keyed, the ids are spread over every partition alike: no order of the rows stands
+        // for the sink's, and the comparison between counts is the sink's own.
+        if !by_key {
+            eprintln!("COPY, rows in the order of {count} partitions");
+            let order = RowOrder::Topic { partitions: count };
+            let ceiling = scenarios::copy_ceiling(url, pool, n, payload, order).await?;
+            ceilings.push((count, ceiling.rows_per_sec));
+        }
         eprintln!("sink, insert mode, {count} partitions");
         let name: &'static str = Box::leak(format!("sink insert, {count} partitions").into());
         let group: &'static str = Box::leak(format!("bench-partitions-{count}").into());
@@ -53,7 +71,9 @@ pub async fn partitions<'a>(
         .await?;
         // 256 columns of lag would bury the table; the fairness test covers it.
         m.fairness = None;
-        ceilings.push((count, m.rows_per_sec / ceiling.rows_per_sec));
+        if let Some(c) = ceilings.last_mut().filter(|c| c.0 == count) {
+            c.1 = m.rows_per_sec / c.1;
+        }
         measured.push((count, m));
     }
     let mut ratios: Vec<(String, f64)> = ceilings
