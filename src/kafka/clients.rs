@@ -118,24 +118,10 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Overrides, Settings};
+
     use rdkafka::consumer::BaseConsumer;
 
-    /// The `[kafka]` section of a minimal configuration plus `extra` lines.
-    fn kafka(extra: &str) -> KafkaSettings {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sink.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "[kafka]\nbootstrap_servers = \"k:9092\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
-            ),
-        )
-        .unwrap();
-        Settings::load(Some(&path), &Overrides::default())
-            .unwrap()
-            .kafka
-    }
+    use crate::config::kafka_for_test as kafka;
 
     /// README's `[kafka]` section: what the sink sets on its consumer, per group protocol.
     #[test]
@@ -181,13 +167,14 @@ mod tests {
     #[test]
     fn user_properties_override_the_fetch_settings() {
         let config = client_config(&kafka(
-            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"fetch.wait.max.ms\" = \"500\"\n\"queued.max.messages.kbytes\" = \"8192\"\n\"max.partition.fetch.bytes\" = \"1048576\"\n\"security.protocol\" = \"SASL_SSL\"",
+            "[kafka.properties]\n\"fetch.queue.backoff.ms\" = \"250\"\n\"fetch.wait.max.ms\" = \"500\"\n\"queued.max.messages.kbytes\" = \"8192\"\n\"max.partition.fetch.bytes\" = \"1048576\"\n\"queued.min.messages\" = \"20000\"\n\"fetch.max.bytes\" = \"4194304\"\n\"security.protocol\" = \"SASL_SSL\"",
         ));
         assert_eq!(config.get("fetch.queue.backoff.ms"), Some("250"));
         assert_eq!(config.get("fetch.wait.max.ms"), Some("500"));
         assert_eq!(config.get("queued.max.messages.kbytes"), Some("8192"));
         assert_eq!(config.get("max.partition.fetch.bytes"), Some("1048576"));
-        assert_eq!(config.get("queued.min.messages"), Some("4096"));
+        assert_eq!(config.get("queued.min.messages"), Some("20000"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("4194304"));
         assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
     }
