@@ -363,6 +363,19 @@ mod toml_value {
     }
 }
 
+/// The `[kafka]` settings of a minimal configuration plus `extra` lines (settings, or a
+/// `[kafka.properties]` table), for the unit tests of what the Kafka clients are given. The
+/// brokers named are never reached.
+#[cfg(test)]
+pub(crate) fn kafka_for_test(extra: &str) -> KafkaSettings {
+    let file = tests::write(&format!(
+        "[kafka]\nbootstrap_servers = \"k:9092\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
+    ));
+    Settings::load(Some(file.path()), &Overrides::default())
+        .expect("a valid test configuration")
+        .kafka
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -336,23 +336,8 @@ fn heartbeat_accepted(kafka: &KafkaSettings) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Overrides, Settings};
 
-    /// The `[kafka]` section of a minimal configuration plus `extra` lines.
-    fn kafka(extra: &str) -> KafkaSettings {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sink.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n{extra}\n[postgres]\nurl = \"postgres://h/db\"\n[[topics]]\nname = \"t\"\ntable = \"t\"\n"
-            ),
-        )
-        .unwrap();
-        Settings::load(Some(&path), &Overrides::default())
-            .unwrap()
-            .kafka
-    }
+    use crate::config::kafka_for_test as kafka;
 
     /// An explicit protocol is used as written, and `auto` with a property only the classic
     /// protocol takes keeps classic, in both cases without asking a broker (none listens at

@@ -158,18 +158,16 @@ mod tests {
         }
     }
 
+    /// One take from a queue: its next item, or empty.
+    fn pop(q: &mut VecDeque<i64>) -> Took {
+        q.pop_front().map_or(Took::Empty, |_| Took::Item)
+    }
+
     #[test]
     fn a_full_turn_says_there_may_be_more_and_an_empty_round_is_idle() {
         let mut turns = Turns::new(2);
         let mut qs = queues(&[2, 1]);
-        let round = turns.round(
-            &mut qs,
-            |_| 1,
-            |(_, q)| match q.pop_front() {
-                Some(_) => Took::Item,
-                None => Took::Empty,
-            },
-        );
+        let round = turns.round(&mut qs, |_| 1, |(_, q)| pop(q));
         assert_eq!(
             round,
             Round {
@@ -178,14 +176,7 @@ mod tests {
                 stopped: false
             }
         );
-        let round = turns.round(
-            &mut qs,
-            |_| 1,
-            |(_, q)| match q.pop_front() {
-                Some(_) => Took::Item,
-                None => Took::Empty,
-            },
-        );
+        let round = turns.round(&mut qs, |_| 1, |(_, q)| pop(q));
         assert!(round.idle(), "{round:?}");
         assert!(Turns::new(5)
             .round(&mut Vec::<()>::new(), |_| 1, |_| Took::Item)
