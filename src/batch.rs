@@ -50,6 +50,9 @@ pub struct TableWrite {
     /// Where it can stand for the rounds: the statement that shows PostgreSQL the records of
     /// repeated keys as the rows they propose alone (`Merge::probe`).
     pub probe: Option<String>,
+    /// `version_from`: the merge leaves stale records out and notes them in the session's
+    /// tally (`crate::stale`), which the writer reads after the write.
+    pub versioned: bool,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -295,12 +298,15 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             .collect();
         return unstaged(&table, topic, before, copies, dead_letters);
     };
-    let staging = Staging::of(&table, rows.soft_delete.is_some());
+    let staging = Staging::of(&table, rows.soft_delete.is_some(), rows.version.is_some());
     let key_names = names(&keys);
-    // Soft deletes stage the mark with the key.
+    // Soft deletes stage the mark with the key, versioned deletes their version after it.
     let mut delete_names = key_names.clone();
     if let Some(soft) = rows.soft_delete {
         delete_names.extend(names(&[soft.column]));
+    }
+    if let Some(version) = rows.version {
+        delete_names.extend(names(&[version]));
     }
     let mut copies = Vec::new();
     // Where each copy's rows hold their key, in key order, for the rounds.
@@ -339,19 +345,21 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         has_deletes,
         soft_delete: rows.soft_delete,
         first_wins: rows.first_wins,
+        version: rows.version,
     };
     let probe = merge.probe();
     let mut statements = merge.statements();
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
+    let mut setup = staging.create(&table, &delete_names);
+    if rows.version.is_some() {
+        setup.push(crate::stale::create_tally());
+    }
     Some(TableWrite {
         table: table.to_string(),
         topic,
         // Named by both staging tables: topics of one table may stage deletes differently.
-        setup: Some((
-            format!("{} {}", staging.upserts, staging.deletes),
-            staging.create(&table, &delete_names),
-        )),
+        setup: Some((format!("{} {}", staging.upserts, staging.deletes), setup)),
         before,
         copies,
         statements,
@@ -361,6 +369,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         ddl: Vec::new(),
         keys_at,
         probe,
+        versioned: rows.version.is_some(),
     })
 }
 
@@ -412,6 +421,7 @@ fn unstaged(
         ddl: Vec::new(),
         keys_at: Vec::new(),
         probe: None,
+        versioned: false,
     })
 }
 
@@ -425,8 +435,9 @@ impl Staging {
     /// Named by the table's oid and its shape: short and unique whatever the schema and table
     /// names, shared by every topic that writes the table, and new when the table's columns
     /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
-    /// Soft deletes, which stage their mark too, have their own delete staging.
-    fn of(table: &Table, soft: bool) -> Self {
+    /// Soft deletes, which stage their mark too, and versioned deletes, which stage their
+    /// version, have their own delete staging.
+    fn of(table: &Table, soft: bool, versioned: bool) -> Self {
         use std::hash::{Hash as _, Hasher as _};
         // SipHash with fixed keys: the same shape gets the same name for the process's life.
         let mut h = std::hash::DefaultHasher::new();
@@ -442,7 +453,12 @@ impl Staging {
         };
         Self {
             upserts: name("stage"),
-            deletes: name(if soft { "softdel" } else { "delete" }),
+            deletes: name(match (soft, versioned) {
+                (false, false) => "delete",
+                (true, false) => "softdel",
+                (false, true) => "vdelete",
+                (true, true) => "vsoftdel",
+            }),
         }
     }
 
@@ -879,9 +895,9 @@ mod tests {
             default_sql: None,
         });
         let (a, b, again) = (
-            Staging::of(&before, false),
-            Staging::of(&after, false),
-            Staging::of(&table("t", 5), false),
+            Staging::of(&before, false, false),
+            Staging::of(&after, false, false),
+            Staging::of(&table("t", 5), false, false),
         );
         assert_ne!(a.upserts, b.upserts);
         assert_ne!(a.deletes, b.deletes);

@@ -32,6 +32,9 @@ pub(crate) struct Merge<'a> {
     pub(crate) soft_delete: Option<SoftDelete>,
     /// Insert mode, `on_conflict = "ignore"`: the first row per key, and only new keys.
     pub(crate) first_wins: bool,
+    /// `version_from`: the version column; records older than the stored row are left out
+    /// (`crate::stale`).
+    pub(crate) version: Option<u16>,
 }
 
 impl Merge<'_> {
@@ -44,7 +47,16 @@ impl Merge<'_> {
             }
             return statements;
         }
-        if self.has_deletes && self.soft_delete.is_none() {
+        statements.extend(self.prune_stale());
+        if let (true, None, Some(v)) = (self.has_deletes, self.soft_delete, self.version) {
+            statements.push(format!(
+                "DELETE FROM {target} t USING {del} d WHERE {t_d} AND {newer}",
+                target = self.table.qualified(),
+                del = self.deletes,
+                t_d = self.key_match("t", "d"),
+                newer = self.not_older(v, "t", "d"),
+            ));
+        } else if self.has_deletes && self.soft_delete.is_none() {
             // A partial record after the delete must not inherit the deleted row's other
             // columns, so the row cannot merely be updated.
             statements.push(format!(
@@ -78,7 +90,9 @@ impl Merge<'_> {
     /// and such a batch goes in rounds.
     pub(crate) fn probe(&self) -> Option<String> {
         let rules = self.table.rules;
-        if self.soft_delete.is_some() || rules.beyond_the_row {
+        // Versioned writes go in rounds: each record is compared with the row as the records
+        // before it left it, as if applied one by one.
+        if self.soft_delete.is_some() || rules.beyond_the_row || self.version.is_some() {
             return None;
         }
         let columns = self.presence.uniform()?;
@@ -104,11 +118,20 @@ impl Merge<'_> {
         let keys = self.key_names().join(", ");
         let column = self.name(soft.column);
         let ord = quote_ident(ORDINAL);
+        // A versioned mark also stores the delete's version, so the row refuses what is older.
+        let (version, set_version, newer) = match self.version {
+            Some(v) => (
+                format!(", {}", self.name(v)),
+                format!(", {0} = d.{0}", self.name(v)),
+                format!(" AND {}", self.not_older(v, "t", "d")),
+            ),
+            None => Default::default(),
+        };
         format!(
-            "UPDATE {target} t SET {column} = d.{column} FROM \
-             (SELECT DISTINCT ON ({keys}) {keys}, {column} FROM {del} x \
+            "UPDATE {target} t SET {column} = d.{column}{set_version} FROM \
+             (SELECT DISTINCT ON ({keys}) {keys}, {column}{version} FROM {del} x \
              WHERE NOT EXISTS (SELECT 1 FROM {ups} u WHERE {u_x} AND u.{ord} > x.{ord}) \
-             ORDER BY {keys}, {ord}) d WHERE {t_d} AND {unmarked}",
+             ORDER BY {keys}, {ord}) d WHERE {t_d} AND {unmarked}{newer}",
             target = self.table.qualified(),
             del = self.deletes,
             ups = self.upserts,
@@ -167,10 +190,16 @@ impl Merge<'_> {
             .filter(|c| !self.keys.contains(c))
             .map(|&c| format!("{0} = EXCLUDED.{0}", self.name(c)))
             .collect();
-        let action = if updates.is_empty() {
-            "DO NOTHING".to_string()
-        } else {
-            format!("DO UPDATE SET {}", updates.join(", "))
+        let action = match (updates.is_empty(), self.version) {
+            (true, _) => "DO NOTHING".to_string(),
+            (false, None) => format!("DO UPDATE SET {}", updates.join(", ")),
+            // Pruned of stale records already; this guards against a row a concurrent
+            // transaction (another topic of the table) committed meanwhile.
+            (false, Some(v)) => format!(
+                "DO UPDATE SET {} WHERE {}",
+                updates.join(", "),
+                self.not_older(v, &self.table.qualified(), "EXCLUDED")
+            ),
         };
         let keys = self.key_names().join(", ");
         format!(
@@ -265,10 +294,14 @@ impl Merge<'_> {
             )
         } else {
             format!(
-                "UPDATE {target} t SET {sets} FROM s f WHERE {t_f} RETURNING {t_keys}",
+                "UPDATE {target} t SET {sets} FROM s f WHERE {t_f}{newer} RETURNING {t_keys}",
                 target = self.table.qualified(),
                 sets = sets.join(", "),
                 t_f = self.key_match("t", "f"),
+                newer = self.version.map_or(String::new(), |v| format!(
+                    " AND (t.{0} IS NULL OR t.{0} <= f.v{v})",
+                    self.name(v)
+                )),
                 t_keys = key_names
                     .iter()
                     .map(|k| format!("t.{k}"))
@@ -289,7 +322,7 @@ impl Merge<'_> {
              UNION ALL SELECT * FROM r), \
              updated AS ({update}) \
              INSERT INTO {target} ({inserted}) SELECT {inserts} FROM s f \
-             WHERE NOT EXISTS (SELECT 1 FROM updated WHERE {updated_f})",
+             WHERE NOT EXISTS (SELECT 1 FROM updated WHERE {updated_f}){guarded}",
             u_keys = u_keys.join(", "),
             ups = self.upserts,
             where_kept = kept.as_ref().map_or(String::new(), |k| format!(" WHERE {k}")),
@@ -301,6 +334,11 @@ impl Merge<'_> {
             inserted = inserted.join(", "),
             inserts = inserts.join(", "),
             updated_f = self.key_match("updated", "f"),
+            // A newer row the update left alone must not be inserted again.
+            guarded = match self.version {
+                Some(_) => format!(" ON CONFLICT ({}) DO NOTHING", key_names.join(", ")),
+                None => String::new(),
+            },
         )
     }
 
@@ -324,15 +362,15 @@ impl Merge<'_> {
         ))
     }
 
-    fn key_names(&self) -> Vec<String> {
+    pub(crate) fn key_names(&self) -> Vec<String> {
         self.keys.iter().map(|&k| self.name(k)).collect()
     }
 
-    fn name(&self, c: u16) -> String {
+    pub(crate) fn name(&self, c: u16) -> String {
         quote_ident(&self.table.columns[c as usize].name)
     }
 
-    fn key_match(&self, a: &str, b: &str) -> String {
+    pub(crate) fn key_match(&self, a: &str, b: &str) -> String {
         self.key_names()
             .iter()
             .map(|k| format!("{a}.{k} = {b}.{k}"))

@@ -18,6 +18,9 @@ pub const BATCHES_COMMITTED: &str = "kafka_pg_sink_batches_committed_total";
 pub const UPSERTS_COPIED: &str = "kafka_pg_sink_upserts_copied_total";
 /// Merges beyond the first that committed batches' repeated keys cost, by table.
 pub const UPSERT_ROUNDS: &str = "kafka_pg_sink_upsert_rounds_total";
+/// Records not applied for being older than their key's stored row (`version_from`), by
+/// topic and table: a replay or a second source reaching the sink late.
+pub const STALE_SKIPPED: &str = "kafka_pg_sink_stale_skipped_total";
 /// Failed transactions by reason: `transient` and `fenced` heal; `rejected` needs a person.
 pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
 /// Commits the offset fence refused: another owner, or a position moved by `offsets reset`.
@@ -84,6 +87,10 @@ fn describe() {
     describe_counter!(
         UPSERT_ROUNDS,
         "Merges beyond the first that batches naming a key more than once cost, by table (a table whose rules the probe cannot stand for)"
+    );
+    describe_counter!(
+        STALE_SKIPPED,
+        "Records not applied because their version is older than their key's stored row (version_from), by topic and table"
     );
     describe_counter!(
         BATCH_FAILURES,

@@ -88,6 +88,10 @@ impl Stats {
             metrics::counter!(meters::UPSERT_ROUNDS, "table" => table.clone())
                 .increment(u64::from(*extra));
         }
+        for (topic, table, n) in &r.stale {
+            metrics::counter!(meters::STALE_SKIPPED, "topic" => topic.clone(), "table" => table.clone())
+                .increment(*n);
+        }
     }
 
     /// A batch that failed and will be rewound and retried.

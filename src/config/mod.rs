@@ -204,6 +204,8 @@ impl Settings {
                 }
                 _ => {}
             }
+            version_problem(topic, mode)
+                .map_or(Ok(()), |why| invalid(format!("topic {label}: {why}")))?;
             if topic.on_conflict == OnConflict::Ignore && mode != WriteMode::Insert {
                 return invalid(format!("topic {label}: on_conflict = \"ignore\" applies to mode = \"insert\" (upsert already resolves conflicts: the last record wins)"));
             }
@@ -374,6 +376,37 @@ pub(crate) fn kafka_for_test(extra: &str) -> KafkaSettings {
     Settings::load(Some(file.path()), &Overrides::default())
         .expect("a valid test configuration")
         .kafka
+}
+
+/// What is wrong with a topic's `version_from` / `version_column`, if anything: the spec must
+/// parse, the topic must upsert, and a Debezium event's version is a field of the event
+/// itself (its `source` block, its `ts_*` times or its transaction), which deletes carry too.
+fn version_problem(topic: &TopicSettings, mode: WriteMode) -> Option<String> {
+    let Some(spec) = &topic.version_from else {
+        return topic
+            .version_column
+            .as_ref()
+            .map(|_| "version_column needs version_from".to_string());
+    };
+    let from = match crate::mapping::VersionFrom::parse(spec) {
+        Ok(from) => from,
+        Err(e) => return Some(e),
+    };
+    if mode != WriteMode::Upsert {
+        return Some("version_from needs mode = \"upsert\" (or format = \"debezium\")".into());
+    }
+    if let (crate::mapping::VersionFrom::Field(_, path), RecordFormat::Debezium) =
+        (&from, topic.format)
+    {
+        let first = path.first().map(String::as_str).unwrap_or("");
+        if !matches!(
+            first,
+            "source" | "ts_ms" | "ts_us" | "ts_ns" | "transaction"
+        ) {
+            return Some(format!("version_from {spec:?} is not a field of a Debezium change event that every event (deletes too) carries: use \"/source/lsn\", \"/source/ts_ms\" or \"/ts_ms\""));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -556,6 +589,38 @@ mod tests {
             "format = \"debezium\"\ntruncate = \"apply\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "on_conflict = \"ignore\"",
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let loaded = Settings::load(Some(file.path()), &Overrides::default());
+            assert!(loaded.is_ok(), "{extra}: {:?}", loaded.err());
+        }
+    }
+
+    /// `version_from` must parse, upsert, and under Debezium name a field every event carries;
+    /// `version_column` alone means nothing. The forms users write load.
+    #[test]
+    fn version_from_is_checked_at_load() {
+        for (extra, expected) in [
+            ("version_from = \"source.lsn\"", "not a JSON pointer"),
+            ("version_from = \"/v\"", "needs mode = \"upsert\""),
+            (
+                "mode = \"upsert\"\nversion_column = \"v\"",
+                "version_column needs version_from",
+            ),
+            (
+                "format = \"debezium\"\nversion_from = \"/after/v\"",
+                "not a field of a Debezium change event",
+            ),
+        ] {
+            let file = write(&format!("{MINIMAL}{extra}\n"));
+            let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{extra}: {err}");
+        }
+        for extra in [
+            "format = \"debezium\"\nversion_from = \"/source/lsn\"",
+            "format = \"debezium\"\nversion_from = \"/ts_ms\"\nversion_column = \"v\"",
+            "mode = \"upsert\"\nversion_from = \"meta:timestamp\"",
+            "mode = \"upsert\"\nversion_from = \"column\"\nversion_column = \"updated_at\"",
         ] {
             let file = write(&format!("{MINIMAL}{extra}\n"));
             let loaded = Settings::load(Some(file.path()), &Overrides::default());

@@ -74,6 +74,14 @@ pub struct TopicSettings {
     /// (true, or the delete record's Kafka timestamp) and an upsert clears (false, or NULL).
     #[serde(default)]
     pub soft_delete_column: Option<String>,
+    /// Upsert mode: where each record's version comes from (`"/source/lsn"`, a JSON pointer
+    /// into the value; `"meta:timestamp"`, the Kafka timestamp; `"column"`, the row's own
+    /// `version_column`). A record older than its key's stored row is not applied.
+    #[serde(default)]
+    pub version_from: Option<String>,
+    /// With `version_from`: the column that stores each row's version (`_version` unless set).
+    #[serde(default)]
+    pub version_column: Option<String>,
     /// Insert mode: what a record whose key already has a row does (`error`: PostgreSQL's
     /// unique violation; `ignore`: nothing, the existing row and the first record per key win).
     #[serde(default)]

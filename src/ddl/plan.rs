@@ -173,6 +173,20 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
         }
         columns.push((name.clone(), ty, sql.to_string(), pk.contains(&name)));
     }
+    // The version a versioned topic's rows keep: the sink's own column, nullable like a
+    // metadata column. (`version_from = "column"` orders by a field the schema has.)
+    if let Some(spec) = settings.version_from.as_deref().filter(|s| *s != "column") {
+        let name = settings
+            .version_column
+            .clone()
+            .unwrap_or_else(|| crate::mapping::DEFAULT_VERSION_COLUMN.to_string());
+        if columns.iter().any(|c| c.0 == name) {
+            return Err(format!(
+                "version_column {name:?} (for version_from = {spec:?}) is also a field of the record's schema or a metadata column; name another with version_column"
+            ));
+        }
+        columns.push((name, ColumnType::Int8, "int8".into(), false));
+    }
     if columns.is_empty() {
         return Err("the record's schema has no fields to create columns from".into());
     }
@@ -443,6 +457,23 @@ mod tests {
         assert_eq!(change.table.primary_key, ["id"]);
         assert_eq!(change.table.unique_keys, [vec!["id".to_string()]]);
         assert_ne!(change.table.oid, MISSING_OID);
+    }
+
+    /// A versioned topic's created table has its version column, bigint and nullable, under
+    /// the default name or `version_column`; one that collides with a field is refused.
+    #[test]
+    fn a_versioned_topic_creates_its_version_column() {
+        let s = settings("mode = \"upsert\"\nkey = [\"id\"]\nauto_create = true\nversion_from = \"meta:timestamp\"");
+        let change = plan(&s, &missing_table(&s, "orders"), &orders_shape())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            change.steps[0].statement,
+            r#"CREATE TABLE IF NOT EXISTS "public"."orders" ("id" int8 NOT NULL, "note" text, "_version" int8, PRIMARY KEY ("id"))"#
+        );
+        let s = settings("mode = \"upsert\"\nkey = [\"id\"]\nauto_create = true\nversion_from = \"/v\"\nversion_column = \"note\"");
+        let e = plan(&s, &missing_table(&s, "orders"), &orders_shape()).unwrap_err();
+        assert!(e.contains("version_column \"note\""), "{e}");
     }
 
     /// A field name PostgreSQL would cut (past 63 bytes), an empty one or one with a NUL is

@@ -12,7 +12,10 @@ use super::envelope::{self, Op};
 use super::pointer::JsonRef;
 use super::rows::presence_mask;
 use super::transcode;
-use super::{pointer, ConfiguredUnit, EncodeError, MapError, Meta, Source, TableRows, TopicMapper};
+use super::{
+    pointer, ConfiguredUnit, EncodeError, MapError, Meta, RecordVersion, Source, TableRows,
+    TopicMapper, VersionFrom,
+};
 use crate::config::RecordFormat;
 use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
@@ -146,14 +149,31 @@ impl TopicMapper {
                 }
             }
         }
+        let version = match &self.version {
+            None => None,
+            // A tombstone carries no value to read a version from. Debezium's follows the
+            // delete event of its key, which carried the delete and its version: the tombstone
+            // (kept for compaction) is taken and writes nothing, so a replayed one cannot
+            // remove a row a newer event wrote. (Elsewhere such versions are refused at start.)
+            Some(v) if record.value.is_none() && v.from != VersionFrom::Timestamp => {
+                return Ok(());
+            }
+            Some(v) => {
+                let in_payload = matches!(
+                    self.format,
+                    RecordFormat::ConnectJson | RecordFormat::Debezium
+                );
+                Some((v.column as usize, v.of(record, value, in_payload)?))
+            }
+        };
         let hints = decoded.hints.as_deref();
         let value_of = |i: usize| -> Result<Value<'_>, MapError> {
             self.value(i, record, decoded.doc, &slots, key, hints)
                 .map_err(|reason| self.bad_value(i, reason))
         };
         match decoded.op {
-            Op::Write => self.encode_write(record, rows, value_of),
-            Op::Delete => self.encode_delete(record, rows, value_of, key),
+            Op::Write => self.encode_write(record, rows, value_of, version),
+            Op::Delete => self.encode_delete(record, rows, value_of, key, version),
             Op::Truncate => unreachable!("returned above"),
         }
     }
@@ -282,6 +302,7 @@ impl TopicMapper {
         record: &RecordView<'a>,
         rows: &mut TableRows,
         value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
+        version: Option<(usize, RecordVersion)>,
     ) -> Result<(), EncodeError> {
         let mut values = Vec::with_capacity(self.sources.len());
         let mut include = std::mem::take(&mut rows.scratch);
@@ -289,6 +310,15 @@ impl TopicMapper {
         let result = (|| {
             for (i, col) in self.table.columns.iter().enumerate() {
                 let value = value_of(i)?;
+                if let Some((v, number)) = version.filter(|(v, _)| *v == i) {
+                    self.check_version(number, &value)?;
+                    if let RecordVersion::Number(_) = number {
+                        // Written from the version below, whatever its source says.
+                        include.push(v as u16);
+                        values.push(Value::Absent);
+                        continue;
+                    }
+                }
                 let present = match (&value, &self.sources[i]) {
                     (_, Source::Default) => false,
                     (Value::Absent, _) if col.has_default => false,
@@ -350,6 +380,10 @@ impl TopicMapper {
             let i = i as usize;
             if upsert && mask[i / 8] & (1 << (i % 8)) == 0 {
                 copy.null();
+                continue;
+            }
+            if let Some((_, RecordVersion::Number(n))) = version.filter(|(v, _)| *v == i) {
+                copy.bytes(&n.to_be_bytes());
                 continue;
             }
             if let Err(reason) = self.write_value(i, &values[i], record, copy) {
@@ -474,4 +508,32 @@ pub(super) fn nests_deeper_than_exactly(json: &[u8], limit: usize) -> bool {
         }
     }
     false
+}
+
+impl TopicMapper {
+    /// A version read from the row (`version_from = "column"`) must be there: a record
+    /// without it, or with null, cannot be ordered against the stored row and is an error,
+    /// not applied unconditionally.
+    pub(super) fn check_version(
+        &self,
+        number: RecordVersion,
+        value: &Value<'_>,
+    ) -> Result<(), MapError> {
+        let (Some(v), RecordVersion::Mapped, Value::Absent | Value::Null) =
+            (&self.version, number, value)
+        else {
+            return Ok(());
+        };
+        Err(MapError::BadVersion {
+            origin: format!(
+                "column {:?} (version_from = \"column\")",
+                self.table.columns[v.column as usize].name
+            ),
+            reason: if matches!(value, Value::Null) {
+                "it is null".into()
+            } else {
+                "the record does not carry it".into()
+            },
+        })
+    }
 }

@@ -26,6 +26,7 @@ mod source;
 #[cfg(test)]
 mod test_support;
 mod transcode;
+mod version;
 
 use foldhash::{HashMap, HashMapExt as _};
 use std::fmt;
@@ -40,6 +41,9 @@ pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};
 pub use source::{Meta, Source};
+pub(crate) use version::{
+    RecordVersion, Version, VersionFrom, DEFAULT_COLUMN as DEFAULT_VERSION_COLUMN,
+};
 
 use crate::config::{
     Encoding, OnConflict, OnError, RecordFormat, TimeUnit, TopicSettings, TruncateMode, WriteMode,
@@ -80,6 +84,8 @@ pub enum MapError {
     Wire(String),
     #[error("{0}")]
     Schema(String),
+    #[error("the record has no version: {origin}: {reason}")]
+    BadVersion { origin: String, reason: String },
     #[error("{origin} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,
@@ -147,6 +153,8 @@ pub struct TopicMapper {
     /// Insert mode with `on_conflict = "ignore"`: rows are staged by key like upserts, and
     /// the first per key is inserted unless the key has a row.
     ignore_conflicts: bool,
+    /// `version_from`: records older than their key's stored row are not applied.
+    version: Option<Version>,
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
@@ -222,6 +230,7 @@ impl TopicMapper {
                 )));
             }
         }
+        let version = version::resolve(topic, &table, &mut sources, &key_names).map_err(err)?;
         let mut fields = HashMap::new();
         let mut slot_of = vec![None; sources.len()];
         for (i, s) in sources.iter().enumerate() {
@@ -267,6 +276,7 @@ impl TopicMapper {
             truncate: topic.truncate,
             soft_delete,
             ignore_conflicts,
+            version,
             sources,
             fields,
             slot_of,
@@ -408,6 +418,7 @@ impl TopicMapper {
         );
         rows.soft_delete = self.soft_delete;
         rows.first_wins = self.ignore_conflicts;
+        rows.version = self.version.as_ref().map(|v| v.column);
         rows
     }
 

@@ -4,7 +4,8 @@
 use super::convert::{write_meta, Input};
 use super::encode::Value;
 use super::{
-    pointer, EncodeError, MapError, Marker, Meta, Rows, SoftDelete, Source, TableRows, TopicMapper,
+    pointer, EncodeError, MapError, Marker, Meta, RecordVersion, Rows, SoftDelete, Source,
+    TableRows, TopicMapper,
 };
 use crate::config::TruncateMode;
 use crate::record::{OwnedRecord, RecordView};
@@ -42,6 +43,7 @@ impl TopicMapper {
         rows: &mut TableRows,
         value_of: impl Fn(usize) -> Result<Value<'a>, MapError>,
         key: Option<Input<'a>>,
+        version: Option<(usize, RecordVersion)>,
     ) -> Result<(), EncodeError> {
         let Some(keys) = self.upsert_keys.clone().filter(|_| !self.ignore_conflicts) else {
             return Err(MapError::DeleteNeedsUpsert.into());
@@ -85,12 +87,23 @@ impl TopicMapper {
                 .into());
             }
         }
+        // A delete is ordered like an upsert: it applies only where it is not older than the
+        // stored row, so its version is staged with its key.
+        let version: Option<(usize, Result<i64, Value<'a>>)> = match version {
+            Some((column, RecordVersion::Mapped)) => {
+                let value = value_of(column)?;
+                self.check_version(RecordVersion::Mapped, &value)?;
+                Some((column, Err(value)))
+            }
+            Some((column, RecordVersion::Number(n))) => Some((column, Ok(n))),
+            None => None,
+        };
         let ordinal = rows.next_ordinal;
         let keep = rows.keep_origins;
         let deletes = rows.deletes.get_or_insert_with(|| Rows::new(keys.to_vec()));
         let copy = &mut deletes.buffer;
         let soft = usize::from(self.soft_delete.is_some());
-        let mark = copy.begin_row(values.len() + soft + 1);
+        let mark = copy.begin_row(values.len() + soft + usize::from(version.is_some()) + 1);
         for (k, value) in &values {
             if let Err(reason) = self.write_value(*k, value, record, copy) {
                 copy.undo_row(mark);
@@ -115,6 +128,19 @@ impl TopicMapper {
                     reason,
                 }
                 .into());
+            }
+        }
+        if let Some((column, v)) = &version {
+            let written = match v {
+                Ok(n) => {
+                    copy.bytes(&n.to_be_bytes());
+                    Ok(())
+                }
+                Err(value) => self.write_value(*column, value, record, copy),
+            };
+            if let Err(reason) = written {
+                copy.undo_row(mark);
+                return Err(self.bad_value(*column, reason).into());
             }
         }
         copy.bytes(&ordinal.to_be_bytes());

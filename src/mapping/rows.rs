@@ -71,6 +71,9 @@ pub struct TableRows {
     /// Insert mode with `on_conflict = "ignore"`: the first row per key is inserted unless
     /// the key has a row, and nothing is updated.
     pub first_wins: bool,
+    /// `version_from`: the column each row's version is in; a record older than its key's
+    /// stored row is not applied.
+    pub version: Option<u16>,
     /// The next record's position in the batch.
     pub(super) next_ordinal: i64,
     /// Reused column list, so encoding a record allocates none.
@@ -99,6 +102,7 @@ impl TableRows {
             truncate: None,
             soft_delete: None,
             first_wins: false,
+            version: None,
             next_ordinal: 0,
             scratch: Vec::new(),
             mask_scratch: Vec::new(),

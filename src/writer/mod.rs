@@ -28,6 +28,7 @@ mod errors;
 mod fault;
 mod rounds;
 mod savepoint;
+mod stale;
 mod transaction;
 
 pub(crate) use copy_first::CopyFirst;
@@ -82,6 +83,8 @@ pub struct WriteResult {
     pub copied: Vec<String>,
     /// Per table, the merges beyond the first that repeated keys cost (`rounds`).
     pub rounds: Vec<(String, u32)>,
+    /// Per topic and table, the records left out as older than their key's stored row.
+    pub stale: Vec<(String, String, u64)>,
     /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
@@ -217,6 +220,7 @@ async fn run(
             tables: written.tables,
             copied: written.copied,
             rounds: written.rounds,
+            stale: written.stale,
             offsets: batch.offsets.clone(),
         };
         if results.send(WriterEvent::Done(Box::new(result))).is_err() {

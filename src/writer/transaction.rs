@@ -26,6 +26,8 @@ pub(super) struct Written {
     pub(super) copied: Vec<String>,
     /// Per table, the merges beyond the first its repeated keys cost.
     pub(super) rounds: Vec<(String, u32)>,
+    /// Per topic and table, the records not applied for being older than the stored row.
+    pub(super) stale: Vec<(String, String, u64)>,
     /// The record the batch was committed without.
     refused: Option<Refused>,
 }
@@ -201,6 +203,7 @@ async fn transact(
     let mut dead = batch.dead_letters.clone();
     let mut tables = Vec::with_capacity(batch.writes.len());
     let mut rounds = Vec::new();
+    let mut stale = Vec::new();
     for write in &batch.writes {
         let before = dead.len();
         let extra = apply_table(&mut tx, write, staged, first, &mut dead)
@@ -208,6 +211,12 @@ async fn transact(
             .map_err(classify)?;
         if extra > 0 {
             rounds.push((write.table.clone(), extra));
+        }
+        if write.versioned {
+            let skipped = super::stale::take(&mut tx, write).await.map_err(classify)?;
+            if skipped > 0 {
+                stale.push((write.topic.to_string(), write.table.clone(), skipped));
+            }
         }
         // A refused row became a dead letter instead of a row.
         tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
@@ -233,6 +242,7 @@ async fn transact(
         tables,
         copied: first.take_copied(),
         rounds,
+        stale,
         refused: None,
     })
 }
@@ -488,6 +498,7 @@ mod tests {
             ddl: Vec::new(),
             keys_at: Vec::new(),
             probe: None,
+            versioned: false,
         }
     }
 

@@ -43,6 +43,7 @@ mod routing;
 mod routing_fixes;
 mod security;
 mod serializers;
+mod stale;
 mod supervision;
 mod types;
 mod upsert;

@@ -1,0 +1,497 @@
+//! Stale records are refused (`version_from`): a record older than its key's stored row is not
+//! applied, so a replay after `offsets reset`, or a second source of the same table, never
+//! moves a row backwards. Every column of every row is compared with a serial model: records
+//! applied one by one in offset order, each only where its version is not older than the row
+//! it meets.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sqlx::Executor;
+
+use crate::helpers::db::TestDb;
+use crate::helpers::http::{get, metric, parse_metrics};
+use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
+use crate::helpers::sink::{run_cli, ConfigFile, LogsOnPanic, Sink, SinkConfig};
+use crate::helpers::*;
+
+/// One row of `items (id, v, note, _version)` as text, the way `rows_as_text` reads it.
+type Row = Vec<Option<String>>;
+
+/// The columns every test compares.
+const COLUMNS: [&str; 4] = ["id", "v", "note", "_version"];
+
+/// `items`: `v` is the record's version field, `_version` the sink's column of it.
+async fn items_table(db: &TestDb, name: &str) {
+    db.pool
+        .execute(
+            format!(
+                "CREATE TABLE {name} (id bigint PRIMARY KEY, v bigint NOT NULL, note text, \
+                 _version bigint)"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A JSON upsert of key `id` at version `v`; `note: None` leaves the field out.
+fn upsert(partition: i32, id: i64, v: i64, note: Option<&str>) -> RawRecord {
+    let value = match note {
+        Some(n) => format!(r#"{{"id":{id},"v":{v},"note":"{n}"}}"#),
+        None => format!(r#"{{"id":{id},"v":{v}}}"#),
+    };
+    RawRecord {
+        key: Some(id.to_string().into_bytes()),
+        ..RawRecord::json(partition, &value)
+    }
+}
+
+/// The serial model: per key, a record applies when the row has no version newer than its
+/// own; a partial record leaves what it does not carry; a delete removes the row.
+#[derive(Default)]
+struct Model {
+    rows: BTreeMap<i64, (i64, Option<String>)>,
+    stale: u64,
+}
+
+impl Model {
+    fn upsert(&mut self, id: i64, v: i64, note: Option<&str>) {
+        match self.rows.get_mut(&id) {
+            Some((stored, _)) if *stored > v => self.stale += 1,
+            Some((stored, kept)) => {
+                *stored = v;
+                if let Some(n) = note {
+                    *kept = Some(n.to_string());
+                }
+            }
+            None => {
+                self.rows.insert(id, (v, note.map(str::to_string)));
+            }
+        }
+    }
+
+    /// The table as `rows_as_text` reads it.
+    fn table(&self) -> Vec<Row> {
+        self.rows
+            .iter()
+            .map(|(id, (v, note))| {
+                vec![
+                    Some(id.to_string()),
+                    Some(v.to_string()),
+                    note.clone(),
+                    Some(v.to_string()),
+                ]
+            })
+            .collect()
+    }
+}
+
+/// The sink's `kafka_pg_sink_stale_skipped_total` for a topic and table.
+fn stale_metric(sink: &Sink, topic: &str, table: &str) -> f64 {
+    metric(
+        &parse_metrics(&get(&sink.http_address(), "/metrics").1),
+        &format!("kafka_pg_sink_stale_skipped_total{{topic=\"{topic}\",table=\"public.{table}\"}}"),
+    )
+}
+
+/// Waits for the stale count to reach `n` (committed offsets are visible before the sink
+/// has counted the batch that stored them), then asserts it is exactly `n`.
+async fn assert_stale(sink: &Sink, topic: &str, table: &str, n: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stale_metric(sink, topic, table) < n && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        stale_metric(sink, topic, table),
+        n,
+        "stale records of {table}"
+    );
+}
+
+/// 1,200 versioned updates of 60 keys (some partial), then `offsets reset --to earliest` on
+/// the running sink: the whole topic is read again, and the table, watched throughout the
+/// replay, never leaves its final state; every replayed record but each key's last (equal
+/// version: applied again, changing nothing) is counted stale, and logged at debug.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_after_offsets_reset_does_not_move_rows_backwards() {
+    let db = TestDb::migrated().await;
+    items_table(&db, "items").await;
+    let topic = TestTopic::create(3).await;
+    let mut model = Model::default();
+    let mut records = Vec::new();
+    for i in 0..1_200i64 {
+        let id = i % 60;
+        let note = format!("n{i}");
+        let note = (i % 7 != 0).then_some(note.as_str());
+        records.push(upsert((id % 3) as i32, id, i, note));
+        model.upsert(id, i, note);
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "items");
+    config.metadata = String::new();
+    config.max_records = 250;
+    config.topic_settings = "mode = \"upsert\"\nversion_from = \"/v\"".into();
+    config
+        .env
+        .push(("RUST_LOG".into(), "info,kafka_pg_sink::writer=debug".into()));
+    let file = ConfigFile::new(&config.toml());
+    let mut sink = Sink::start(&config, "sink");
+    let on_panic = LogsOnPanic(&sink);
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let settled = db.rows_as_text("items", &COLUMNS).await;
+    assert_eq!(settled, model.table(), "first pass");
+    assert_eq!(stale_metric(&sink, &topic.name, "items"), 0.0);
+
+    let out = run_cli(&[
+        "offsets",
+        "reset",
+        "--config",
+        file.arg(),
+        "--topic",
+        &topic.name,
+        "--to",
+        "earliest",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    // Watch the table while the topic is read again: any snapshot that differs is a row
+    // moved backwards.
+    let replayed = 1_200.0 - 60.0;
+    let mut snapshots = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while stale_metric(&sink, &topic.name, "items") < replayed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay did not finish: {} stale",
+            stale_metric(&sink, &topic.name, "items")
+        );
+        assert_eq!(
+            db.rows_as_text("items", &COLUMNS).await,
+            settled,
+            "during the replay"
+        );
+        snapshots += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert_eq!(db.rows_as_text("items", &COLUMNS).await, settled);
+    assert_stale(&sink, &topic.name, "items", replayed).await;
+    assert!(snapshots > 0);
+    let logs = sink.logs();
+    assert!(
+        logs.contains("stale record not applied"),
+        "each stale record is logged at debug: {}",
+        sink.logs_tail(20)
+    );
+    drop(on_panic);
+    assert!(sink.stop().success());
+}
+
+/// Two topics (two sources) write one table with interleaved versions of the same keys, read
+/// concurrently by one sink: each row ends as its newest version, whichever topic it came
+/// from and whenever that topic was read.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sources_merged_into_one_table_keep_each_keys_newest_version() {
+    let db = TestDb::migrated().await;
+    items_table(&db, "merged").await;
+    let a = TestTopic::create(2).await;
+    let b = TestTopic::create(2).await;
+    let mut newest: BTreeMap<i64, (i64, String)> = BTreeMap::new();
+    let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+    for i in 0..800i64 {
+        let id = i % 40;
+        // Source b lags: its versions are older than a's for the same step, but b's later
+        // steps overtake a's earlier ones.
+        let (v, target, name) = if i % 2 == 0 {
+            (i * 10, &mut from_a, "a")
+        } else {
+            (i * 10 - 15, &mut from_b, "b")
+        };
+        let note = format!("{name}{i}");
+        target.push(upsert(((i / 2) % 2) as i32, id, v, Some(&note)));
+        if newest.get(&id).is_none_or(|(nv, _)| *nv < v) {
+            newest.insert(id, (v, note));
+        }
+    }
+    // b is produced first and in reverse, so its rows reach the table in the worst order.
+    from_b.reverse();
+    produce_raw(&producer(), &b.name, &from_b).await;
+    produce_raw(&producer(), &a.name, &from_a).await;
+    let mut config = SinkConfig::new(&db.url, &a.name, "merged");
+    config.metadata = String::new();
+    config.max_records = 120;
+    config.topic_settings = "mode = \"upsert\"\nversion_from = \"/v\"".into();
+    config.extra = format!(
+        "[[topics]]\nname = \"{}\"\ntable = \"merged\"\nmode = \"upsert\"\nversion_from = \"/v\"\n",
+        b.name
+    );
+    let mut sink = Sink::start(&config, "sink");
+    let on_panic = LogsOnPanic(&sink);
+    wait_drained(&db, &config.group, &a, Duration::from_secs(60)).await;
+    wait_drained(&db, &config.group, &b, Duration::from_secs(60)).await;
+    let want: Vec<Row> = newest
+        .iter()
+        .map(|(id, (v, note))| {
+            vec![
+                Some(id.to_string()),
+                Some(v.to_string()),
+                Some(note.clone()),
+                Some(v.to_string()),
+            ]
+        })
+        .collect();
+    assert_eq!(db.rows_as_text("merged", &COLUMNS).await, want);
+    let skipped = stale_metric(&sink, &a.name, "merged") + stale_metric(&sink, &b.name, "merged");
+    assert!(
+        skipped > 0.0,
+        "the reversed source's older records are counted"
+    );
+    drop(on_panic);
+    assert!(sink.stop().success());
+}
+
+/// Within one batch, a key's records arrive out of version order (3, 1, 2; a full record, an
+/// older partial one, a newer partial one): the row is what applying them one by one, each
+/// against the row as the ones before it left it, gives — not the last record's.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_out_of_version_order_within_a_batch_apply_as_one_by_one() {
+    let db = TestDb::migrated().await;
+    items_table(&db, "reordered").await;
+    let topic = TestTopic::create(1).await;
+    let mut model = Model::default();
+    let mut records = Vec::new();
+    let mut push = |id: i64, v: i64, note: Option<&str>| {
+        records.push(upsert(0, id, v, note));
+        model.upsert(id, v, note);
+    };
+    for id in 0..30 {
+        let base = id * 100;
+        push(id, base + 3, Some("three"));
+        push(id, base + 1, Some("one"));
+        push(id, base + 2, Some("two"));
+        // A partial record older than the row: nothing of it applies.
+        push(id, base + 2, None);
+        // A newer partial record: its version applies, the note stays.
+        push(id, base + 5, None);
+        // An older full record after it: refused.
+        push(id, base + 4, Some("four"));
+    }
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "reordered");
+    config.metadata = String::new();
+    // One batch for all 180 records.
+    config.max_records = 1_000;
+    config.max_wait_ms = 2_000;
+    config.topic_settings = "mode = \"upsert\"\nversion_from = \"/v\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    let on_panic = LogsOnPanic(&sink);
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert_eq!(db.rows_as_text("reordered", &COLUMNS).await, model.table());
+    assert!(model
+        .table()
+        .iter()
+        .all(|r| r[2].as_deref() == Some("three")));
+    assert_stale(&sink, &topic.name, "reordered", model.stale as f64).await;
+    drop(on_panic);
+    assert!(sink.stop().success());
+}
+
+/// A delete (a tombstone under `delete_on_tombstone`, versioned by its Kafka timestamp) older
+/// than the row is ignored; a newer one applies. A hard delete keeps no version: an upsert
+/// older than the delete that comes after it finds no row and creates one (the documented
+/// limit). A soft delete keeps the row and its version, so the same late upsert is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_deletes_are_ignored_and_only_a_soft_delete_remembers_its_version() {
+    let db = TestDb::migrated().await;
+    for (table, gone) in [("hard", ""), ("soft", ", gone boolean")] {
+        db.pool
+            .execute(
+                format!(
+                    "CREATE TABLE {table} (id bigint PRIMARY KEY, note text, _version bigint{gone})"
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+    }
+    let at = |id: i64, ts: i64, note: Option<&str>| RawRecord {
+        key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
+        value: note.map(|n| format!(r#"{{"id":{id},"note":"{n}"}}"#).into_bytes()),
+        timestamp_ms: Some(ts),
+        ..Default::default()
+    };
+    // (key, Kafka timestamp, note; None is a tombstone), in offset order, in two rounds of
+    // producing so that some cases meet in one batch and some across batches.
+    let first = [
+        (1, 1_000, Some("alive")),
+        (2, 1_000, Some("doomed")),
+        (3, 1_000, Some("kept")),
+    ];
+    let second = [
+        // Older than the row: ignored.
+        (1, 500, None),
+        // Newer: applies.
+        (2, 2_000, None),
+        // Older than that delete: after a hard delete there is nothing to compare with.
+        (2, 1_500, Some("late")),
+        // Within one batch: an upsert, an older delete (ignored), a newer one (applies).
+        (4, 3_000, Some("four")),
+        (4, 2_500, None),
+        (4, 3_500, None),
+    ];
+    let mut sinks = Vec::new();
+    for (table, extra) in [
+        ("hard", ""),
+        (
+            "soft",
+            "delete_mode = \"soft\"\nsoft_delete_column = \"gone\"\n",
+        ),
+    ] {
+        let topic = TestTopic::create(1).await;
+        let records: Vec<RawRecord> = first.iter().map(|&(id, ts, n)| at(id, ts, n)).collect();
+        produce_raw(&producer(), &topic.name, &records).await;
+        let mut config = SinkConfig::new(&db.url, &topic.name, table);
+        config.metadata = String::new();
+        config.max_records = 1_000;
+        config.max_wait_ms = 1_000;
+        config.topic_settings = format!(
+            "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true\n\
+             version_from = \"meta:timestamp\"\n{extra}"
+        );
+        let sink = Sink::start(&config, table);
+        wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+        let records: Vec<RawRecord> = second.iter().map(|&(id, ts, n)| at(id, ts, n)).collect();
+        produce_raw(&producer(), &topic.name, &records).await;
+        wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+        sinks.push((sink, topic));
+    }
+    let text = |v: &[Option<&str>]| -> Row { v.iter().map(|s| s.map(str::to_string)).collect() };
+    assert_eq!(
+        db.rows_as_text("hard", &["id", "note", "_version"]).await,
+        vec![
+            text(&[Some("1"), Some("alive"), Some("1000")]),
+            // The limit: the hard delete at 2000 left no row, so the upsert at 1500 made one.
+            text(&[Some("2"), Some("late"), Some("1500")]),
+            text(&[Some("3"), Some("kept"), Some("1000")]),
+        ]
+    );
+    assert_eq!(
+        db.rows_as_text("soft", &["id", "note", "_version", "gone"])
+            .await,
+        vec![
+            text(&[Some("1"), Some("alive"), Some("1000"), Some("false")]),
+            // The soft-deleted row keeps the delete's version: the upsert at 1500 is refused.
+            text(&[Some("2"), Some("doomed"), Some("2000"), Some("true")]),
+            text(&[Some("3"), Some("kept"), Some("1000"), Some("false")]),
+            text(&[Some("4"), Some("four"), Some("3500"), Some("true")]),
+        ]
+    );
+    assert_stale(&sinks[0].0, &sinks[0].1.name, "hard", 2.0).await;
+    assert_stale(&sinks[1].0, &sinks[1].1.name, "soft", 3.0).await;
+    for (mut sink, _) in sinks {
+        assert!(sink.stop().success());
+    }
+}
+
+/// A version that is missing, null, a string of digits or a fraction is a `mapping` dead
+/// letter naming `version_from`, never coerced or applied unconditionally; the good records
+/// around it are written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_without_a_usable_version_is_a_dead_letter() {
+    let db = TestDb::migrated().await;
+    items_table(&db, "checked").await;
+    let topic = TestTopic::create(1).await;
+    let bad = [
+        r#"{"id":2,"v":1,"note":"no version"}"#,
+        r#"{"id":3,"v":1,"note":"null","meta":{"rev":null}}"#,
+        r#"{"id":4,"v":1,"note":"string","meta":{"rev":"12"}}"#,
+        r#"{"id":5,"v":1,"note":"fraction","meta":{"rev":1.5}}"#,
+    ];
+    let mut records = vec![RawRecord::json(
+        0,
+        r#"{"id":1,"v":1,"note":"good","meta":{"rev":7}}"#,
+    )];
+    records.extend(bad.iter().map(|v| RawRecord::json(0, v)));
+    records.push(RawRecord::json(
+        0,
+        r#"{"id":6,"v":1,"note":"good","meta":{"rev":8}}"#,
+    ));
+    produce_raw(&producer(), &topic.name, &records).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "checked");
+    config.metadata = String::new();
+    config.topic_settings =
+        "mode = \"upsert\"\nversion_from = \"/meta/rev\"\non_error = \"dead_letter\"".into();
+    let mut sink = Sink::start(&config, "sink");
+    let on_panic = LogsOnPanic(&sink);
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    let text = |v: [&str; 4]| -> Row { v.iter().map(|s| Some(s.to_string())).collect() };
+    assert_eq!(
+        db.rows_as_text("checked", &COLUMNS).await,
+        vec![text(["1", "1", "good", "7"]), text(["6", "1", "good", "8"])]
+    );
+    let letters = db.dead_letters_of(&topic.name).await;
+    assert_eq!(letters.len(), 4, "{letters:?}");
+    for ((_, kind, message), says) in
+        letters
+            .iter()
+            .zip(["no such field", "null", "not an integer", "not an integer"])
+    {
+        assert_eq!(kind, "mapping");
+        assert!(
+            message.contains("/meta/rev") && message.contains(says),
+            "{message}"
+        );
+    }
+    drop(on_panic);
+    assert!(sink.stop().success());
+}
+
+/// `check` holds `version_from` against the table: a missing version column, one of a type
+/// a version cannot be, and a Debezium field no event carries are named before anything runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_names_a_version_column_that_cannot_hold_versions() {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute("CREATE TABLE plain (id bigint PRIMARY KEY, v bigint, label text)")
+        .await
+        .unwrap();
+    let topic = TestTopic::create(1).await;
+    for (settings, says) in [
+        (
+            "mode = \"upsert\"\nversion_from = \"/v\"",
+            "version_column \"_version\" is not a column of the table",
+        ),
+        (
+            "mode = \"upsert\"\nversion_from = \"/v\"\nversion_column = \"label\"",
+            "need bigint",
+        ),
+        (
+            "mode = \"upsert\"\nversion_from = \"column\"\nversion_column = \"label\"",
+            "needs an integer, numeric, date, timestamp or timestamptz column",
+        ),
+        (
+            "format = \"debezium\"\nversion_from = \"/after/v\"",
+            "not a field of a Debezium change event",
+        ),
+    ] {
+        let mut config = SinkConfig::new(&db.url, &topic.name, "plain");
+        config.metadata = String::new();
+        config.topic_settings = settings.into();
+        let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+        assert!(!out.status.success(), "{settings}: {}", out.stdout);
+        assert!(
+            out.stderr.contains(says) || out.stdout.contains(says),
+            "{settings}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    // And the version column of the right type passes.
+    let mut config = SinkConfig::new(&db.url, &topic.name, "plain");
+    config.metadata = String::new();
+    config.topic_settings =
+        "mode = \"upsert\"\nversion_from = \"column\"\nversion_column = \"v\"".into();
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+}
