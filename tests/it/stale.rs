@@ -495,3 +495,124 @@ async fn check_names_a_version_column_that_cannot_hold_versions() {
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
 }
+
+/// The real Debezium connector, versioned by `/source/lsn`: rows updated many times (twice in
+/// one transaction too), deleted, re-inserted, then the sink's offsets reset to the start of
+/// the topic while it runs. Throughout the replay every row the source has keeps the source's
+/// values (a replayed event is older than the row, and refused); a key the source deleted
+/// comes back from its old events until its delete is replayed (the hard-delete limit), and at
+/// the end the copy equals the source in every column.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_connector_replayed_from_the_start_leaves_the_copy_equal_to_the_source() {
+    use crate::helpers::debezium::{CdcOptions, CdcSource};
+    let table = "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text)";
+    let setup = format!(
+        "{table}; INSERT INTO accounts SELECT g, g * 100, 'opened ' || g FROM generate_series(1, 40) g;"
+    );
+    let source = CdcSource::start(&setup, &["accounts"], CdcOptions::default()).await;
+    let topic = source.topic("accounts");
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(format!("{table}; ALTER TABLE accounts ADD COLUMN _version bigint").as_str())
+        .await
+        .unwrap();
+    let mut config = SinkConfig::new(&db.url, &topic, "accounts");
+    config.metadata = String::new();
+    config.max_records = 50;
+    config.topic_settings = "format = \"debezium\"\nversion_from = \"/source/lsn\"".into();
+    let file = ConfigFile::new(&config.toml());
+    let mut sink = Sink::start(&config, "cdc-stale");
+    let on_panic = LogsOnPanic(&sink);
+
+    for round in 1..=5 {
+        source
+            .execute(&format!(
+                "UPDATE accounts SET balance = balance + {round}, note = 'round {round}' WHERE id % 2 = 0;
+                 UPDATE accounts SET balance = balance - 1 WHERE id % 3 = 0;"
+            ))
+            .await;
+        source
+            .execute(&format!(
+                "BEGIN; UPDATE accounts SET note = 'twice a {round}' WHERE id = {round};
+                 UPDATE accounts SET note = 'twice b {round}', balance = 0 WHERE id = {round}; COMMIT;"
+            ))
+            .await;
+    }
+    source
+        .execute(
+            "DELETE FROM accounts WHERE id IN (7, 11, 13);
+             DELETE FROM accounts WHERE id = 20;
+             INSERT INTO accounts VALUES (20, 2020, 'reborn');
+             UPDATE accounts SET note = 'after rebirth' WHERE id = 20;",
+        )
+        .await;
+    source.sync().await;
+    let columns = ["id", "balance", "note", "_version IS NOT NULL"];
+    let source_columns = ["id", "balance", "note", "true"];
+    let want = source.rows_as_text("accounts", &source_columns).await;
+    assert_eq!(want.len(), 37);
+    let settled = tokio::time::timeout(Duration::from_secs(60), async {
+        while db.rows_as_text("accounts", &columns).await != want {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "the copy never equalled the source");
+    let end = kafka_end(&topic);
+    wait_until("the first pass stored", Duration::from_secs(60), || async {
+        db.stored_offsets(&config.group, &topic).await == vec![(0, Some(end))]
+    })
+    .await;
+
+    let out = run_cli(&[
+        "offsets",
+        "reset",
+        "--config",
+        file.arg(),
+        "--topic",
+        &topic,
+        "--to",
+        "earliest",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let live: Vec<Option<String>> = want.iter().map(|r| r[0].clone()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let mut snapshots = 0;
+    loop {
+        let stored = db.stored_offsets(&config.group, &topic).await;
+        let now = db.rows_as_text("accounts", &columns).await;
+        // Rows the source has never move: each replayed event of theirs is older.
+        let kept: Vec<_> = now
+            .iter()
+            .filter(|r| live.contains(&r[0]))
+            .cloned()
+            .collect();
+        assert_eq!(kept, want, "a row moved backwards during the replay");
+        snapshots += 1;
+        if stored == vec![(0, Some(end))] && stale_metric(&sink, &topic, "accounts") > 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay did not finish: {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(db.rows_as_text("accounts", &columns).await, want);
+    assert!(snapshots > 1);
+    drop(on_panic);
+    assert!(sink.stop().success());
+}
+
+/// The end offset of partition 0 of `topic` (the connector's topics have one).
+fn kafka_end(topic: &str) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = crate::helpers::kafka::client_config()
+        .create()
+        .expect("consumer");
+    consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks")
+        .1
+}
