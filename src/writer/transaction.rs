@@ -212,14 +212,16 @@ async fn transact(
         if extra > 0 {
             rounds.push((write.table.clone(), extra));
         }
+        let mut skipped = 0;
         if write.versioned {
-            let skipped = super::stale::take(&mut tx, write).await.map_err(classify)?;
+            skipped = super::stale::take(&mut tx, write).await.map_err(classify)?;
             if skipped > 0 {
                 stale.push((write.topic.to_string(), write.table.clone(), skipped));
             }
         }
-        // A refused row became a dead letter instead of a row.
-        tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
+        // A refused row became a dead letter instead of a row; a stale one is not applied.
+        let applied = write.rows() - (dead.len() - before) - skipped as usize;
+        tables.push((write.table.clone(), applied));
     }
     if !dead.is_empty() {
         dead_letter::insert(&mut tx, &config.group, &dead)

@@ -177,6 +177,16 @@ async fn a_replay_after_offsets_reset_does_not_move_rows_backwards() {
     wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
     assert_eq!(db.rows_as_text("items", &COLUMNS).await, settled);
     assert_stale(&sink, &topic.name, "items", replayed).await;
+    // Rows written: every record of the first pass, and each key's last record again.
+    let written = metric(
+        &parse_metrics(&get(&sink.http_address(), "/metrics").1),
+        "kafka_pg_sink_rows_written_total{table=\"public.items\"}",
+    );
+    assert_eq!(
+        written,
+        1_200.0 + 60.0,
+        "stale records are not rows written"
+    );
     assert!(snapshots > 0);
     let logs = sink.logs();
     assert!(
@@ -448,7 +458,8 @@ async fn a_record_without_a_usable_version_is_a_dead_letter() {
 }
 
 /// `check` holds `version_from` against the table: a missing version column, one of a type
-/// a version cannot be, and a Debezium field no event carries are named before anything runs.
+/// a version cannot be, a Debezium field no event carries, and tombstones a value field cannot
+/// version are named before anything runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn check_names_a_version_column_that_cannot_hold_versions() {
     let db = TestDb::migrated().await;
@@ -473,6 +484,10 @@ async fn check_names_a_version_column_that_cannot_hold_versions() {
         (
             "format = \"debezium\"\nversion_from = \"/after/v\"",
             "not a field of a Debezium change event",
+        ),
+        (
+            "mode = \"upsert\"\nkey_from = \"key\"\ndelete_on_tombstone = true\nversion_from = \"/v\"\nversion_column = \"v\"",
+            "a tombstone has no value to read its version from",
         ),
     ] {
         let mut config = SinkConfig::new(&db.url, &topic.name, "plain");
