@@ -219,7 +219,9 @@ pub async fn replay(
         };
         let slot = (d.topic.clone(), table.clone().unwrap_or_default());
         if !mappers.contains_key(&slot) {
-            if settings.write_mode() == WriteMode::Upsert {
+            if settings.version_from.is_some() {
+                tracing::info!(topic = %d.topic, "versioned topic (version_from): a letter older than its key's stored row is not applied");
+            } else if settings.write_mode() == WriteMode::Upsert {
                 tracing::warn!(topic = %d.topic, "replaying into an upsert table writes the old record over any newer row with its key");
             }
             let m = match &table {
