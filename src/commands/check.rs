@@ -401,12 +401,15 @@ async fn check_mapping(
                 } else {
                     ""
                 };
+                let (source, version) = match mapper.version_of_column(i) {
+                    Some((from, true)) => (from, ""),
+                    Some((_, false)) => (source.describe(), ", the version (version_from)"),
+                    None => (source.describe(), ""),
+                };
                 let _ = writeln!(
                     out,
-                    "  {:<24} {:<28} <- {} ({constraint}{unit}{hex}{json_text})",
-                    col.name,
-                    col.sql_type,
-                    source.describe()
+                    "  {:<24} {:<28} <- {source} ({constraint}{unit}{hex}{json_text}{version})",
+                    col.name, col.sql_type,
                 );
                 if mapper.guesses_time_unit(i) {
                     match mapper.value_schema_field(i) {

@@ -441,6 +441,14 @@ impl TopicMapper {
         self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
     }
 
+    /// For `check`: where column `i` takes the topic's version from, if it is the version
+    /// column, and whether that replaces the column's own source (a pointer, the timestamp)
+    /// or is the source itself (`"column"`).
+    pub(crate) fn version_of_column(&self, i: usize) -> Option<(String, bool)> {
+        let v = self.version.as_ref().filter(|v| v.column as usize == i)?;
+        Some((v.from.describe(), v.from != VersionFrom::Column))
+    }
+
     /// For `check`: whether column `i` reads its strings as hex.
     pub(crate) fn reads_hex(&self, i: usize) -> bool {
         self.hex[i]

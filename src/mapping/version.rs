@@ -38,7 +38,7 @@ impl VersionFrom {
     }
 
     /// For messages: where the version was looked for.
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             VersionFrom::Field(p, _) => format!("the value's {p:?} (version_from)"),
             VersionFrom::Timestamp => "the record's Kafka timestamp (version_from)".into(),

@@ -509,6 +509,25 @@ async fn check_names_a_version_column_that_cannot_hold_versions() {
         "mode = \"upsert\"\nversion_from = \"column\"\nversion_column = \"v\"".into();
     let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("the version (version_from)"),
+        "check says which column is the version: {}",
+        out.stdout
+    );
+    // A pointer's column is written from the record's version, and check says so.
+    db.pool
+        .execute("ALTER TABLE plain ADD COLUMN _version bigint")
+        .await
+        .unwrap();
+    config.topic_settings = "mode = \"upsert\"\nversion_from = \"/meta/rev\"".into();
+    let out = run_cli(&["check", "--config", ConfigFile::new(&config.toml()).arg()]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("the value's \"/meta/rev\" (version_from)"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// The real Debezium connector, versioned by `/source/lsn`: rows updated many times (twice in
