@@ -90,9 +90,11 @@ impl Merge<'_> {
     /// and such a batch goes in rounds.
     pub(crate) fn probe(&self) -> Option<String> {
         let rules = self.table.rules;
-        // Versioned writes go in rounds: each record is compared with the row as the records
-        // before it left it, as if applied one by one.
-        if self.soft_delete.is_some() || rules.beyond_the_row || self.version.is_some() {
+        // A versioned write with hard deletes goes in rounds: a delete leaves no row, so a
+        // record after it is compared with nothing, as when applied one by one. Without them,
+        // the probe shows only the records that are not stale.
+        let versioned_deletes = self.version.is_some() && self.has_deletes;
+        if self.soft_delete.is_some() || rules.beyond_the_row || versioned_deletes {
             return None;
         }
         let columns = self.presence.uniform()?;
@@ -101,11 +103,13 @@ impl Merge<'_> {
         }
         let names: Vec<String> = columns.iter().map(|&c| self.name(c)).collect();
         Some(format!(
-            "INSERT INTO {target} ({cols}) SELECT {cols} FROM {ups} WHERE {ord} = ANY($1) \
+            "INSERT INTO {target} ({cols}) SELECT {cols} FROM {ups} s WHERE {ord} = ANY($1) \
              ON CONFLICT ({keys}) DO NOTHING",
             target = self.table.qualified(),
             cols = names.join(", "),
-            ups = self.upserts,
+            ups = self
+                .version
+                .map_or(self.upserts.to_string(), |v| self.fresh_upserts(v)),
             ord = quote_ident(ORDINAL),
             keys = self.key_names().join(", "),
         ))

@@ -41,41 +41,59 @@ impl Merge<'_> {
         if self.has_deletes {
             staged.insert(0, self.deletes);
         }
-        staged
-            .into_iter()
-            .map(|table| {
-                format!(
-                    "WITH gone AS (DELETE FROM {table} a WHERE {older} RETURNING a.{ord}) \
-                     INSERT INTO {TALLY} SELECT {ord} FROM gone",
-                    older = self.older(v, "a"),
-                    ord = quote_ident(ORDINAL),
-                )
-            })
-            .collect()
+        // Staging is never analyzed, so the planner guesses its rows and prices a lookup of
+        // the stored row for each at far more than it costs: enough to compile the statement
+        // with JIT: a 5,000-row prune took 40 to 80 ms with it (20 to 40 ms compiling), 21 ms
+        // without. For the rest of the batch's transaction only.
+        let mut statements = vec!["SET LOCAL jit = off".to_string()];
+        statements.extend(staged.into_iter().map(|table| self.prune(v, table)));
+        statements
     }
 
-    /// SQL true where the staged record `alias` is older than its key's stored row, or than a
-    /// record of its key earlier in the batch (upsert or delete).
-    fn older(&self, v: u16, alias: &str) -> String {
+    /// Takes the stale records of one staging table out: those older than their key's
+    /// stored row, or than the newest record of their key earlier in the batch (upsert or
+    /// delete). That newest earlier version is a running maximum per key in record order: one
+    /// sort of the batch, where a lookup per record in staging (which has no index) would
+    /// compare every pair.
+    fn prune(&self, v: u16, table: &str) -> String {
         let col = self.name(v);
         let ord = quote_ident(ORDINAL);
-        let mut tests = vec![format!(
-            "EXISTS (SELECT 1 FROM {target} t WHERE {t_a} AND t.{col} > {alias}.{col})",
-            target = self.table.qualified(),
-            t_a = self.key_match("t", alias),
-        )];
-        let mut earlier = vec![self.upserts];
+        let keys = self.key_names().join(", ");
+        let mut records = format!("SELECT {keys}, {ord}, {col} FROM {}", self.upserts);
         if self.has_deletes {
-            earlier.push(self.deletes);
-        }
-        for staged in earlier {
-            tests.push(format!(
-                "EXISTS (SELECT 1 FROM {staged} e WHERE {e_a} AND e.{ord} < {alias}.{ord} \
-                 AND e.{col} > {alias}.{col})",
-                e_a = self.key_match("e", alias),
+            records.push_str(&format!(
+                " UNION ALL SELECT {keys}, {ord}, {col} FROM {}",
+                self.deletes
             ));
         }
-        tests.join(" OR ")
+        format!(
+            "WITH r AS (SELECT {ord}, max({col}) OVER (PARTITION BY {keys} ORDER BY {ord} \
+             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM ({records}) x), \
+             gone AS (DELETE FROM {table} a USING r WHERE a.{ord} = r.{ord} \
+             AND (r.before > a.{col} OR EXISTS (SELECT 1 FROM {target} t \
+             WHERE {t_a} AND t.{col} > a.{col})) RETURNING a.{ord}) \
+             INSERT INTO {TALLY} SELECT {ord} FROM gone",
+            target = self.table.qualified(),
+            t_a = self.key_match("t", "a"),
+        )
+    }
+
+    /// The staged upserts that are not stale, as a subquery: what the probe shows PostgreSQL
+    /// (a stale record is never applied, so it is not checked either). For writes without
+    /// deletes, so the newest earlier record is an upsert.
+    pub(crate) fn fresh_upserts(&self, v: u16) -> String {
+        let col = self.name(v);
+        let ord = quote_ident(ORDINAL);
+        format!(
+            "(SELECT * FROM (SELECT *, max({col}) OVER (PARTITION BY {keys} ORDER BY {ord} \
+             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __kps_before FROM {ups}) w \
+             WHERE (w.__kps_before IS NULL OR w.__kps_before <= w.{col}) \
+             AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {t_w} AND t.{col} > w.{col}))",
+            keys = self.key_names().join(", "),
+            ups = self.upserts,
+            target = self.table.qualified(),
+            t_w = self.key_match("t", "w"),
+        )
     }
 
     /// SQL true where `stored`'s row may take `incoming`'s: its version is not newer, or it
