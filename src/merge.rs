@@ -33,7 +33,7 @@ pub(crate) struct Merge<'a> {
     /// Insert mode, `on_conflict = "ignore"`: the first row per key, and only new keys.
     pub(crate) first_wins: bool,
     /// `version_from`: the version column; records older than the stored row are left out
-    /// (`crate::stale`).
+    /// (`stale.rs`).
     pub(crate) version: Option<u16>,
 }
 

@@ -26,6 +26,7 @@ mod registry;
 mod secrets;
 pub(crate) mod table_from;
 mod topic;
+mod version;
 
 pub use batch::BatchSettings;
 pub use http::HttpSettings;
@@ -41,6 +42,7 @@ pub use topic::{
     OnConflict, OnError, RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode,
     WriteMode,
 };
+pub(crate) use version::{VersionFrom, DEFAULT_VERSION_COLUMN};
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
 pub const ENV_PREFIX: &str = "KAFKA_PG_SINK_";
@@ -204,7 +206,7 @@ impl Settings {
                 }
                 _ => {}
             }
-            version_problem(topic, mode)
+            version::problem(topic, mode)
                 .map_or(Ok(()), |why| invalid(format!("topic {label}: {why}")))?;
             if topic.on_conflict == OnConflict::Ignore && mode != WriteMode::Insert {
                 return invalid(format!("topic {label}: on_conflict = \"ignore\" applies to mode = \"insert\" (upsert already resolves conflicts: the last record wins)"));
@@ -376,37 +378,6 @@ pub(crate) fn kafka_for_test(extra: &str) -> KafkaSettings {
     Settings::load(Some(file.path()), &Overrides::default())
         .expect("a valid test configuration")
         .kafka
-}
-
-/// What is wrong with a topic's `version_from` / `version_column`, if anything: the spec must
-/// parse, the topic must upsert, and a Debezium event's version is a field of the event
-/// itself (its `source` block, its `ts_*` times or its transaction), which deletes carry too.
-fn version_problem(topic: &TopicSettings, mode: WriteMode) -> Option<String> {
-    let Some(spec) = &topic.version_from else {
-        return topic
-            .version_column
-            .as_ref()
-            .map(|_| "version_column needs version_from".to_string());
-    };
-    let from = match crate::mapping::VersionFrom::parse(spec) {
-        Ok(from) => from,
-        Err(e) => return Some(e),
-    };
-    if mode != WriteMode::Upsert {
-        return Some("version_from needs mode = \"upsert\" (or format = \"debezium\")".into());
-    }
-    if let (crate::mapping::VersionFrom::Field(_, path), RecordFormat::Debezium) =
-        (&from, topic.format)
-    {
-        let first = path.first().map(String::as_str).unwrap_or("");
-        if !matches!(
-            first,
-            "source" | "ts_ms" | "ts_us" | "ts_ns" | "transaction"
-        ) {
-            return Some(format!("version_from {spec:?} is not a field of a Debezium change event that every event (deletes too) carries: use \"/source/lsn\", \"/source/ts_ms\" or \"/ts_ms\""));
-        }
-    }
-    None
 }
 
 #[cfg(test)]

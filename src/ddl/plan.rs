@@ -179,7 +179,7 @@ fn create(settings: &TopicSettings, table: &Table, shape: &Shape) -> Result<Chan
         let name = settings
             .version_column
             .clone()
-            .unwrap_or_else(|| crate::mapping::DEFAULT_VERSION_COLUMN.to_string());
+            .unwrap_or_else(|| crate::config::DEFAULT_VERSION_COLUMN.to_string());
         if columns.iter().any(|c| c.0 == name) {
             return Err(format!(
                 "version_column {name:?} (for version_from = {spec:?}) is also a field of the record's schema or a metadata column; name another with version_column"

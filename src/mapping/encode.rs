@@ -12,10 +12,8 @@ use super::envelope::{self, Op};
 use super::pointer::JsonRef;
 use super::rows::presence_mask;
 use super::transcode;
-use super::{
-    pointer, ConfiguredUnit, EncodeError, MapError, Meta, RecordVersion, Source, TableRows,
-    TopicMapper, VersionFrom,
-};
+use super::version::RecordVersion;
+use super::{pointer, ConfiguredUnit, EncodeError, MapError, Meta, Source, TableRows, TopicMapper};
 use crate::config::RecordFormat;
 use crate::pgcopy::CopyBuffer;
 use crate::record::{OwnedRecord, RecordView};
@@ -149,22 +147,9 @@ impl TopicMapper {
                 }
             }
         }
-        let version = match &self.version {
-            None => None,
-            // A tombstone carries no value to read a version from. Debezium's follows the
-            // delete event of its key, which carried the delete and its version: the tombstone
-            // (kept for compaction) is taken and writes nothing, so a replayed one cannot
-            // remove a row a newer event wrote. (Elsewhere such versions are refused at start.)
-            Some(v) if record.value.is_none() && v.from != VersionFrom::Timestamp => {
-                return Ok(());
-            }
-            Some(v) => {
-                let in_payload = matches!(
-                    self.format,
-                    RecordFormat::ConnectJson | RecordFormat::Debezium
-                );
-                Some((v.column as usize, v.of(record, value, in_payload)?))
-            }
+        // `None`: a tombstone a versioned topic takes without writing (see `version_of`).
+        let Some(version) = self.version_of(record, value)? else {
+            return Ok(());
         };
         let hints = decoded.hints.as_deref();
         let value_of = |i: usize| -> Result<Value<'_>, MapError> {
@@ -508,32 +493,4 @@ pub(super) fn nests_deeper_than_exactly(json: &[u8], limit: usize) -> bool {
         }
     }
     false
-}
-
-impl TopicMapper {
-    /// A version read from the row (`version_from = "column"`) must be there: a record
-    /// without it, or with null, cannot be ordered against the stored row and is an error,
-    /// not applied unconditionally.
-    pub(super) fn check_version(
-        &self,
-        number: RecordVersion,
-        value: &Value<'_>,
-    ) -> Result<(), MapError> {
-        let (Some(v), RecordVersion::Mapped, Value::Absent | Value::Null) =
-            (&self.version, number, value)
-        else {
-            return Ok(());
-        };
-        Err(MapError::BadVersion {
-            origin: format!(
-                "column {:?} (version_from = \"column\")",
-                self.table.columns[v.column as usize].name
-            ),
-            reason: if matches!(value, Value::Null) {
-                "it is null".into()
-            } else {
-                "the record does not carry it".into()
-            },
-        })
-    }
 }

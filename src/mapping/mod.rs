@@ -41,9 +41,6 @@ pub use rows::{Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};
 pub use source::{Meta, Source};
-pub(crate) use version::{
-    RecordVersion, Version, VersionFrom, DEFAULT_COLUMN as DEFAULT_VERSION_COLUMN,
-};
 
 use crate::config::{
     Encoding, OnConflict, OnError, RecordFormat, TimeUnit, TopicSettings, TruncateMode, WriteMode,
@@ -84,8 +81,6 @@ pub enum MapError {
     Wire(String),
     #[error("{0}")]
     Schema(String),
-    #[error("the record has no version: {origin}: {reason}")]
-    BadVersion { origin: String, reason: String },
     #[error("{origin} cannot be written to column {column} ({sql_type}): {reason}")]
     BadValue {
         column: String,
@@ -154,7 +149,7 @@ pub struct TopicMapper {
     /// the first per key is inserted unless the key has a row.
     ignore_conflicts: bool,
     /// `version_from`: records older than their key's stored row are not applied.
-    version: Option<Version>,
+    version: Option<version::Version>,
     hints: HintCache,
     /// Per column: the unit configured for its integer times, if any.
     units: Vec<Option<ConfiguredUnit>>,
@@ -439,14 +434,6 @@ impl TopicMapper {
     /// For `check`: the unit configured for column `i`'s integer times, if any.
     pub(crate) fn time_unit(&self, i: usize) -> Option<TimeUnit> {
         self.units[i].map(|(ConfiguredUnit::Column(u) | ConfiguredUnit::Topic(u))| u)
-    }
-
-    /// For `check`: where column `i` takes the topic's version from, if it is the version
-    /// column, and whether that replaces the column's own source (a pointer, the timestamp)
-    /// or is the source itself (`"column"`).
-    pub(crate) fn version_of_column(&self, i: usize) -> Option<(String, bool)> {
-        let v = self.version.as_ref().filter(|v| v.column as usize == i)?;
-        Some((v.from.describe(), v.from != VersionFrom::Column))
     }
 
     /// For `check`: whether column `i` reads its strings as hex.

@@ -3,9 +3,9 @@
 
 use super::convert::{write_meta, Input};
 use super::encode::Value;
+use super::version::RecordVersion;
 use super::{
-    pointer, EncodeError, MapError, Marker, Meta, RecordVersion, Rows, SoftDelete, Source,
-    TableRows, TopicMapper,
+    pointer, EncodeError, MapError, Marker, Meta, Rows, SoftDelete, Source, TableRows, TopicMapper,
 };
 use crate::config::TruncateMode;
 use crate::record::{OwnedRecord, RecordView};
