@@ -152,6 +152,11 @@ impl Settings {
                 kafka::MIN_MEMORY_BUDGET.display().iec()
             ));
         }
+        if let Some(id) = &self.kafka.group_instance_id {
+            kafka::check_group_instance_id(id, self.kafka.group_protocol).map_err(|m| {
+                ConfigError::Invalid(format!("kafka.group_instance_id {id:?}: {m}"))
+            })?;
+        }
         let mut seen = std::collections::HashSet::new();
         for topic in &self.topics {
             let label = topic.label();
@@ -260,6 +265,7 @@ impl Settings {
                 "enable.auto.commit"
                     | "enable.auto.offset.store"
                     | "group.id"
+                    | "group.instance.id"
                     | "bootstrap.servers"
                     // Start positions are always explicit and an out-of-range position is
                     // handled by `offset_out_of_range`; librdkafka must never move one.
@@ -615,6 +621,7 @@ mod tests {
             "enable.auto.commit",
             "enable.auto.offset.store",
             "group.id",
+            "group.instance.id",
             "bootstrap.servers",
             "auto.offset.reset",
         ] {
