@@ -50,6 +50,9 @@ pub struct TableWrite {
     /// Where it can stand for the rounds: the statement that shows PostgreSQL the records of
     /// repeated keys as the rows they propose alone (`Merge::probe`).
     pub probe: Option<String>,
+    /// The ordinals of rows that kept columns Debezium sent as unavailable, for the count of
+    /// those committed.
+    pub placeholders: Vec<i64>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -329,7 +332,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         // Nothing staged: only a truncate, if anything.
         return unstaged(&table, topic, before, copies, dead_letters);
     }
-    let plain = plain_copy(&table, &rows.presence, &copies);
+    let placeholded = !rows.placeholders.is_empty();
+    // Rows keeping unavailable columns need a stored row, which a COPY into the table would
+    // not check, and the check holds one row per key (rounds, not the probe's one merge).
+    let plain = (!placeholded)
+        .then(|| plain_copy(&table, &rows.presence, &copies))
+        .flatten();
     let merge = Merge {
         table: &table,
         keys: &keys,
@@ -340,8 +348,13 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         soft_delete: rows.soft_delete,
         first_wins: rows.first_wins,
     };
-    let probe = merge.probe();
-    let mut statements = merge.statements();
+    let probe = merge.probe().filter(|_| !placeholded);
+    let mut statements = Vec::new();
+    if placeholded {
+        statements.push(merge.toast_check(&rows.placeholders.columns));
+        statements.extend(merge.toast_updates());
+    }
+    statements.extend(merge.statements());
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
@@ -361,6 +374,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         ddl: Vec::new(),
         keys_at,
         probe,
+        placeholders: rows.placeholders.ordinals,
     })
 }
 
@@ -412,6 +426,7 @@ fn unstaged(
         ddl: Vec::new(),
         keys_at: Vec::new(),
         probe: None,
+        placeholders: Vec::new(),
     })
 }
 

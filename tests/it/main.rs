@@ -9,6 +9,7 @@ mod batching;
 mod bench_floor;
 mod boundaries;
 mod cdc;
+mod cdc_toast;
 mod claims;
 mod cli;
 mod connect_json;

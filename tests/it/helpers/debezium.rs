@@ -309,6 +309,42 @@ impl CdcSource {
         }
     }
 
+    /// Every record value of `topic` (partition 0, from the start to the end offset now), as
+    /// JSON, tombstones as `Null`: what the connector really wrote, for a test to check that
+    /// the case it exercises happened.
+    pub fn values(&self, topic: &str) -> Vec<serde_json::Value> {
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        let end = end_offset(topic);
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", format!("{}-reader", self.name))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .expect("partition");
+        consumer.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let started = Instant::now();
+        while (out.len() as i64) < end {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "read {} of {end} records of {topic}",
+                out.len()
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(500)) {
+                let message = message.expect("a record");
+                out.push(match message.payload() {
+                    Some(bytes) => {
+                        serde_json::from_slice(bytes).expect("JSON written by JsonConverter")
+                    }
+                    None => serde_json::Value::Null,
+                });
+            }
+        }
+        out
+    }
+
     fn assert_not_failed(&self) {
         let (_, text) = http(
             "GET",
@@ -330,6 +366,35 @@ impl CdcSource {
     /// of `id`: the same form as `TestDb::rows_as_text`, to compare the copy with the source.
     pub async fn rows_as_text(&self, table: &str, columns: &[&str]) -> Vec<Vec<Option<String>>> {
         rows_as_text(&self.pool, table, columns).await
+    }
+}
+
+/// Waits until the copy equals the source in every column of every row, then asserts it (so a
+/// timeout shows both).
+pub async fn wait_copy_equals_source(
+    source: &CdcSource,
+    db: &super::db::TestDb,
+    table: &str,
+    columns: &[&str],
+    sink: &super::sink::Sink,
+) {
+    let want = source.rows_as_text(table, columns).await;
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if db.rows_as_text(table, columns).await == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    if result.is_err() {
+        assert_eq!(
+            db.rows_as_text(table, columns).await,
+            want,
+            "the copy of {table} is not the source after 60 s; sink log:\n{}",
+            sink.logs_tail(30)
+        );
     }
 }
 
