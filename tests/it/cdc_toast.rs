@@ -104,7 +104,8 @@ fn placeholders(sink: &Sink, outcome: &str) -> f64 {
 /// updated twice (one transaction each), and one row's `body` changed too: the update events
 /// carry the placeholder for each unchanged large column, and the copy equals the source in
 /// every column (the large values kept, `n` and the changed body updated), with no dead
-/// letter and the placeholders counted as kept.
+/// letter and the placeholders counted as kept. Then rows inserted and updated while the
+/// sink is stopped, so both records of each are in one batch.
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toasted_columns_keep_their_stored_values() {
     let source = CdcSource::start(&source_setup(10), &["docs"], CdcOptions::default()).await;
@@ -149,6 +150,46 @@ async fn unchanged_toasted_columns_keep_their_stored_values() {
     )
     .await;
     assert_eq!(placeholders(&sink, "dead_lettered"), 0.0);
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+
+    // Rows created and then updated while the sink is stopped reach it in one batch: the
+    // placeholder's row is the one the same batch creates (a key's records apply in order).
+    source
+        .execute(&format!(
+            "{}; UPDATE docs SET n = n + 7 WHERE id > 10",
+            source_setup(15)
+                .split_once("INSERT INTO docs")
+                .map(|(_, insert)| format!("INSERT INTO docs{insert}"))
+                .expect("the insert")
+                .trim_end_matches(';')
+                .replace(
+                    "FROM generate_series(1, 15) id",
+                    "FROM generate_series(11, 15) id"
+                )
+        ))
+        .await;
+    source.sync().await;
+    source.wait_for_records(&source.topic("docs"), 41).await;
+    let fresh = source
+        .values(&source.topic("docs"))
+        .iter()
+        .filter(|v| {
+            v["payload"]["op"] == "u"
+                && v["payload"]["after"]["id"].as_i64() > Some(10)
+                && v["payload"]["after"]["body"] == "__debezium_unavailable_value"
+        })
+        .count();
+    assert_eq!(fresh, 5, "the new rows' updates carry the placeholder");
+    let mut sink = Sink::start(&config, "cdc-toast-again");
+    wait_copy_equals_source(&source, &db, "docs", DOCS_COLUMNS, &sink).await;
+    assert_eq!(db.count("docs").await, 15);
+    assert_eq!(db.dead_letters_of(&source.topic("docs")).await, Vec::new());
+    wait_until(
+        "the kept placeholders counted",
+        Duration::from_secs(10),
+        || async { placeholders(&sink, "kept") == 5.0 },
+    )
+    .await;
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
 }
 
