@@ -10,7 +10,7 @@ use sqlx::Executor;
 use crate::helpers::db::TestDb;
 use crate::helpers::debezium::{wait_copy_equals_source, CdcOptions, CdcSource};
 use crate::helpers::http::{get, metric, parse_metrics};
-use crate::helpers::sink::{Sink, SinkConfig};
+use crate::helpers::sink::{run_cli, ConfigFile, Sink, SinkConfig};
 use crate::helpers::wait_until;
 
 /// Large values in every kind of column Debezium sends a placeholder for: text, jsonb (a
@@ -196,7 +196,8 @@ async fn unchanged_toasted_columns_keep_their_stored_values() {
 /// A placeholder for a row the copy does not have (here deleted from the copy by hand, as a
 /// copy started from a later position would lack it): there is no stored value to keep, so
 /// the record is a `toast_unavailable` dead letter at its offset and nothing of it is
-/// written; the other rows' updates apply and keep their values.
+/// written; the other rows' updates apply and keep their values. `dead-letters replay` keeps
+/// the letter while the row is missing and applies it, keeping the values, once it is back.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_placeholder_for_a_missing_row_is_a_toast_unavailable_dead_letter() {
     let source = CdcSource::start(&source_setup(4), &["docs"], CdcOptions::default()).await;
@@ -253,6 +254,42 @@ async fn a_placeholder_for_a_missing_row_is_a_toast_unavailable_dead_letter() {
     assert_eq!(placeholders(&sink, "dead_lettered"), 1.0);
     assert_eq!(placeholders(&sink, "kept"), 3.0);
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+
+    // A replay while the row is still missing keeps the letter, of the same kind; once the
+    // row is back (as it was before the update) the replay applies the update to it, and
+    // the copy is the source.
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    let letters = db.dead_letters_of(&topic).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].1, "toast_unavailable", "{letters:?}");
+    let row_3_before: Vec<Option<String>> = source
+        .rows_as_text("docs", DOCS_COLUMNS)
+        .await
+        .into_iter()
+        .find(|row| row[0].as_deref() == Some("3"))
+        .expect("row 3 on the source");
+    sqlx::query(
+        "INSERT INTO docs SELECT $1::int, $2::int - 1, $3, $4::jsonb, $5::bytea, $6::text[], $7::int[]",
+    )
+    .bind(&row_3_before[0])
+    .bind(&row_3_before[1])
+    .bind(&row_3_before[2])
+    .bind(&row_3_before[3])
+    .bind(&row_3_before[4])
+    .bind(&row_3_before[5])
+    .bind(&row_3_before[6])
+    .execute(&db.pool)
+    .await
+    .expect("put row 3 back as it was before the update");
+    let out = run_cli(&["dead-letters", "replay", "--config", file.arg()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(db.dead_letters_of(&topic).await, Vec::new());
+    assert_eq!(
+        db.rows_as_text("docs", DOCS_COLUMNS).await,
+        source.rows_as_text("docs", DOCS_COLUMNS).await
+    );
 }
 
 /// A connector configured with another `unavailable.value.placeholder` and the topic's
