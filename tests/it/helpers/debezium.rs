@@ -115,6 +115,8 @@ pub struct CdcSource {
     admin_url: String,
     connect_url: String,
     markers: std::sync::atomic::AtomicI64,
+    /// One client for the topics' end offsets, which the waits poll.
+    watermarks: BaseConsumer,
 }
 
 impl CdcSource {
@@ -166,6 +168,7 @@ impl CdcSource {
             admin_url: services.admin_url.clone(),
             connect_url: services.connect_url.clone(),
             markers: std::sync::atomic::AtomicI64::new(0),
+            watermarks: client_config().create().expect("consumer"),
         };
 
         let include = tables
@@ -283,7 +286,7 @@ impl CdcSource {
         let topic = self.topic(MARKER_TABLE);
         let started = Instant::now();
         loop {
-            if end_offset(&topic) >= id {
+            if self.end_offset(&topic) >= id {
                 return;
             }
             self.assert_not_failed();
@@ -298,12 +301,12 @@ impl CdcSource {
     /// Waits until `topic` holds at least `n` records.
     pub async fn wait_for_records(&self, topic: &str, n: i64) {
         let started = Instant::now();
-        while end_offset(topic) < n {
+        while self.end_offset(topic) < n {
             self.assert_not_failed();
             assert!(
                 started.elapsed() < Duration::from_secs(90),
                 "{topic} holds {} records, not {n}, after 90 s",
-                end_offset(topic)
+                self.end_offset(topic)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -314,7 +317,7 @@ impl CdcSource {
     /// the case it exercises happened.
     pub fn values(&self, topic: &str) -> Vec<serde_json::Value> {
         use rdkafka::{Message, Offset, TopicPartitionList};
-        let end = end_offset(topic);
+        let end = self.end_offset(topic);
         let consumer: BaseConsumer = client_config()
             .set("group.id", format!("{}-reader", self.name))
             .set("enable.auto.commit", "false")
@@ -343,6 +346,14 @@ impl CdcSource {
             }
         }
         out
+    }
+
+    /// The end offset of partition 0 of `topic` (the connector's topics have one partition),
+    /// 0 while it does not exist.
+    fn end_offset(&self, topic: &str) -> i64 {
+        self.watermarks
+            .fetch_watermarks(topic, 0, Duration::from_secs(5))
+            .map_or(0, |(_, high)| high)
     }
 
     fn assert_not_failed(&self) {
@@ -424,16 +435,6 @@ pub async fn rows_as_text(
                 .collect()
         })
         .collect()
-}
-
-/// The end offset of partition 0 of `topic` (the connector's topics have one partition), 0
-/// while it does not exist.
-fn end_offset(topic: &str) -> i64 {
-    let consumer: BaseConsumer = client_config().create().expect("consumer");
-    match consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)) {
-        Ok((_, high)) => high,
-        Err(_) => 0,
-    }
 }
 
 /// One request to the Connect REST API: (status, body). Connection errors panic with how to
