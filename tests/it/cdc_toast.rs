@@ -388,3 +388,65 @@ async fn under_fail_a_placeholder_for_a_missing_row_stops_the_sink_at_it() {
     );
     assert_eq!(db.dead_letters_of(&source.topic("docs")).await, Vec::new());
 }
+
+/// A primary-key change of a row whose large columns it leaves unchanged: Debezium sends a
+/// `d` of the old key and a `c` of the new one, and under `REPLICA IDENTITY DEFAULT` that `c`
+/// holds the placeholder (the values are nowhere in the stream), so it is a
+/// `toast_unavailable` dead letter and the copy lacks the row; under `REPLICA IDENTITY FULL`
+/// the `c` carries the values and the copy follows the source.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_change_needs_replica_identity_full_to_carry_unchanged_toasted_values() {
+    let source = CdcSource::start(&source_setup(2), &["docs"], CdcOptions::default()).await;
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(DOCS)
+        .await
+        .expect("create the copy's table");
+    let config = sink_config(&db, &source);
+    let mut sink = Sink::start(&config, "cdc-toast-key-change");
+    wait_copy_equals_source(&source, &db, "docs", DOCS_COLUMNS, &sink).await;
+
+    source.execute("UPDATE docs SET id = 11 WHERE id = 1").await;
+    source
+        .execute("ALTER TABLE docs REPLICA IDENTITY FULL")
+        .await;
+    source.execute("UPDATE docs SET id = 12 WHERE id = 2").await;
+    source.sync().await;
+    // Snapshot 2, then d + tombstone + c for each key change.
+    source.wait_for_records(&source.topic("docs"), 8).await;
+    let values = source.values(&source.topic("docs"));
+    let created = |id: i64| {
+        let at = values
+            .iter()
+            .position(|v| v["payload"]["op"] == "c" && v["payload"]["after"]["id"] == id)
+            .unwrap_or_else(|| panic!("the c of key {id}"));
+        (at as i64, values[at]["payload"]["after"]["body"].clone())
+    };
+    let (offset_11, body_11) = created(11);
+    assert_eq!(
+        body_11, "__debezium_unavailable_value",
+        "DEFAULT: the placeholder"
+    );
+    let (_, body_12) = created(12);
+    assert_ne!(body_12, "__debezium_unavailable_value", "FULL: the value");
+
+    let topic = source.topic("docs");
+    let mut want = source.rows_as_text("docs", DOCS_COLUMNS).await;
+    want.retain(|row| row[0].as_deref() != Some("11"));
+    wait_until(
+        "row 12 and no row 1 or 2",
+        Duration::from_secs(60),
+        || async { db.rows_as_text("docs", DOCS_COLUMNS).await == want },
+    )
+    .await;
+    let letters = db.dead_letters_of(&topic).await;
+    assert_eq!(
+        letters
+            .iter()
+            .map(|(o, k, _)| (*o, k.as_str()))
+            .collect::<Vec<_>>(),
+        [(offset_11, "toast_unavailable")],
+        "{letters:?}"
+    );
+    assert!(sink.stop().success(), "{}", sink.logs_tail(30));
+}
