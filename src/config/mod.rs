@@ -196,6 +196,15 @@ impl Settings {
                     "topic {label}: delete_on_tombstone needs mode = \"upsert\""
                 ));
             }
+            match &topic.unavailable_value_placeholder {
+                Some(_) if topic.format != RecordFormat::Debezium => {
+                    return invalid(format!("topic {label}: unavailable_value_placeholder applies to format = \"debezium\" (its unchanged TOASTed columns)"));
+                }
+                Some(p) if p.is_empty() => {
+                    return invalid(format!("topic {label}: unavailable_value_placeholder is empty; Debezium's default is {:?}", crate::mapping::DEFAULT_PLACEHOLDER));
+                }
+                _ => {}
+            }
             if topic.truncate != TruncateMode::Fail && topic.format != RecordFormat::Debezium {
                 return invalid(format!(
                     "topic {label}: truncate applies to format = \"debezium\" (its op \"t\" events)"
@@ -553,6 +562,14 @@ mod tests {
                 "mode = \"upsert\"\non_conflict = \"ignore\"",
                 "applies to mode = \"insert\"",
             ),
+            (
+                "unavailable_value_placeholder = \"x\"",
+                "unavailable_value_placeholder applies to format = \"debezium\"",
+            ),
+            (
+                "format = \"debezium\"\nunavailable_value_placeholder = \"\"",
+                "unavailable_value_placeholder is empty",
+            ),
         ] {
             let file = write(&format!("{MINIMAL}{extra}\n"));
             let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
@@ -562,6 +579,7 @@ mod tests {
             "format = \"debezium\"\ntruncate = \"apply\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "on_conflict = \"ignore\"",
+            "format = \"debezium\"\nunavailable_value_placeholder = \"~gone~\"",
         ] {
             let file = write(&format!("{MINIMAL}{extra}\n"));
             let loaded = Settings::load(Some(file.path()), &Overrides::default());

@@ -286,9 +286,16 @@ impl TopicMapper {
         let mut values = Vec::with_capacity(self.sources.len());
         let mut include = std::mem::take(&mut rows.scratch);
         include.clear();
+        // Columns that hold Debezium's placeholder: carried by none, and marked "keep".
+        let mut unavailable: Vec<u16> = Vec::new();
         let result = (|| {
             for (i, col) in self.table.columns.iter().enumerate() {
                 let value = value_of(i)?;
+                if self.is_placeholder(i, &value) {
+                    unavailable.push(i as u16);
+                    values.push(Value::Absent);
+                    continue;
+                }
                 let present = match (&value, &self.sources[i]) {
                     (_, Source::Default) => false,
                     (Value::Absent, _) if col.has_default => false,
@@ -338,6 +345,13 @@ impl TopicMapper {
         // COPY and one merge; the mask says which of them the record carried.
         let columns: &[u16] = if upsert {
             presence_mask(&include, self.table.columns.len(), &mut mask);
+            if !unavailable.is_empty() {
+                // The unavailable columns' bits follow the presence bits, which a row without
+                // any lacks (the merge's check tells the two apart by the mask's length).
+                let mut extra = Vec::new();
+                presence_mask(&unavailable, self.table.columns.len(), &mut extra);
+                mask.extend_from_slice(&extra);
+            }
             &self.all_columns
         } else {
             &include
@@ -374,12 +388,24 @@ impl TopicMapper {
                 if upsert {
                     rows.presence.note(&include);
                 }
+                if !unavailable.is_empty() {
+                    rows.placeholders.note(ordinal, &unavailable);
+                }
             }
             Err(_) => copy.undo_row(mark),
         }
         rows.scratch = include;
         rows.mask_scratch = mask;
         written.map_err(EncodeError::Invalid)
+    }
+
+    /// Whether column `i`'s value is Debezium's unavailable-value placeholder (only ever in a
+    /// Debezium topic's upserts).
+    fn is_placeholder(&self, i: usize, value: &Value<'_>) -> bool {
+        match (&self.placeholders, value) {
+            (Some(p), Value::In(Input::Json(raw), _)) => p.is_placeholder(i, raw.get()),
+            _ => false,
+        }
     }
 
     /// Absent and null both write NULL here: whether either is allowed was settled before the
