@@ -39,7 +39,7 @@ pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
     AutoEvolve, ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns,
     OnConflict, OnError, RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode,
-    WriteMode,
+    WriteMode, DEFAULT_PLACEHOLDER,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -201,7 +201,7 @@ impl Settings {
                     return invalid(format!("topic {label}: unavailable_value_placeholder applies to format = \"debezium\" (its unchanged TOASTed columns)"));
                 }
                 Some(p) if p.is_empty() => {
-                    return invalid(format!("topic {label}: unavailable_value_placeholder is empty; Debezium's default is {:?}", crate::mapping::DEFAULT_PLACEHOLDER));
+                    return invalid(format!("topic {label}: unavailable_value_placeholder is empty; Debezium's default is {:?}", DEFAULT_PLACEHOLDER));
                 }
                 _ => {}
             }

@@ -308,6 +308,10 @@ impl Encoding {
     }
 }
 
+/// The placeholder Debezium sends for an unchanged TOASTed column unless its
+/// `unavailable.value.placeholder` says otherwise (`unavailable_value_placeholder`).
+pub const DEFAULT_PLACEHOLDER: &str = "__debezium_unavailable_value";
+
 /// How rows reach the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -291,7 +291,11 @@ impl TopicMapper {
         let result = (|| {
             for (i, col) in self.table.columns.iter().enumerate() {
                 let value = value_of(i)?;
-                if self.is_placeholder(i, &value) {
+                let placeholder = match (&self.placeholders, &value) {
+                    (Some(p), Value::In(Input::Json(raw), _)) => p.is_placeholder(i, raw.get()),
+                    _ => false,
+                };
+                if placeholder {
                     unavailable.push(i as u16);
                     values.push(Value::Absent);
                     continue;
@@ -397,15 +401,6 @@ impl TopicMapper {
         rows.scratch = include;
         rows.mask_scratch = mask;
         written.map_err(EncodeError::Invalid)
-    }
-
-    /// Whether column `i`'s value is Debezium's unavailable-value placeholder (only ever in a
-    /// Debezium topic's upserts).
-    fn is_placeholder(&self, i: usize, value: &Value<'_>) -> bool {
-        match (&self.placeholders, value) {
-            (Some(p), Value::In(Input::Json(raw), _)) => p.is_placeholder(i, raw.get()),
-            _ => false,
-        }
     }
 
     /// Absent and null both write NULL here: whether either is allowed was settled before the

@@ -29,8 +29,7 @@ mod test_support;
 mod transcode;
 
 use foldhash::{HashMap, HashMapExt as _};
-use std::fmt;
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use anyhow::Context as _;
 
@@ -38,7 +37,6 @@ pub use convert::Hint;
 pub(crate) use encode::nests_deeper_than;
 pub use encode::MAX_JSON_DEPTH;
 pub(crate) use placeholder::Placeholders;
-pub use placeholder::DEFAULT_PLACEHOLDER;
 pub use rows::{Placeholded, Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};
@@ -255,19 +253,8 @@ impl TopicMapper {
         let units = time_units(topic, &table).map_err(err)?;
         let hex = hex_columns(topic, &table).map_err(err)?;
         let json_text = json_text_columns(topic, &table).map_err(err)?;
-        let placeholders = match (topic.format, &upsert_keys) {
-            (RecordFormat::Debezium, Some(keys)) => Some(Placeholders::new(
-                topic
-                    .unavailable_value_placeholder
-                    .as_deref()
-                    .unwrap_or(DEFAULT_PLACEHOLDER),
-                &table,
-                &sources,
-                keys,
-                &hex,
-            )),
-            _ => None,
-        };
+        let placeholders =
+            Placeholders::for_topic(topic, &table, &sources, upsert_keys.as_deref(), &hex);
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));

@@ -17,8 +17,7 @@ use crate::schema::{ColumnType, Table};
 
 use super::Source;
 
-/// The placeholder Debezium sends unless `unavailable.value.placeholder` says otherwise.
-pub const DEFAULT_PLACEHOLDER: &str = "__debezium_unavailable_value";
+use crate::config::{RecordFormat, TopicSettings, DEFAULT_PLACEHOLDER};
 
 /// Per column, the JSON texts that stand for "unavailable" there: compared with a value's raw
 /// JSON, so the check costs a length comparison for nearly every value.
@@ -28,6 +27,28 @@ pub(crate) struct Placeholders {
 }
 
 impl Placeholders {
+    /// A Debezium topic's upserts have placeholders (its configured one, else Debezium's
+    /// default); nothing else does.
+    pub(crate) fn for_topic(
+        topic: &TopicSettings,
+        table: &Table,
+        sources: &[Source],
+        upsert_keys: Option<&[u16]>,
+        hex: &[bool],
+    ) -> Option<Self> {
+        let keys = upsert_keys?;
+        (topic.format == RecordFormat::Debezium).then(|| {
+            let placeholder = topic.unavailable_value_placeholder.as_deref();
+            Self::new(
+                placeholder.unwrap_or(DEFAULT_PLACEHOLDER),
+                table,
+                sources,
+                keys,
+                hex,
+            )
+        })
+    }
+
     /// The forms for each column of `table` that a record's value can fill (key columns and
     /// columns fed by metadata or constants never carry the placeholder; PostgreSQL logs the
     /// replica identity in full). `hex`: the bytea columns whose strings are hex.

@@ -5,9 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cdc::wait_copy_equals_source;
 use crate::helpers::db::TestDb;
-use crate::helpers::debezium::{CdcOptions, CdcSource};
+use crate::helpers::debezium::{wait_copy_equals_source, CdcOptions, CdcSource};
 use crate::helpers::sink::{run_cli, ConfigFile, LogsOnPanic, Sink, SinkConfig};
 use crate::helpers::*;
 
