@@ -13,6 +13,7 @@ use crate::offsets::OffsetAdvance;
 use crate::pgcopy::CopyData;
 use crate::record::OwnedRecord;
 use crate::schema::{quote_ident, Table};
+use crate::staging::Staging;
 
 /// What one table receives in a transaction.
 pub struct TableWrite {
@@ -53,6 +54,9 @@ pub struct TableWrite {
     /// `version_from`: the merge leaves stale records out and notes them in the session's
     /// tally (`crate::stale`), which the writer reads after the write.
     pub versioned: bool,
+    /// The ordinals of rows that kept columns Debezium sent as unavailable, for the count of
+    /// those committed.
+    pub placeholders: Vec<i64>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -335,7 +339,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         // Nothing staged: only a truncate, if anything.
         return unstaged(&table, topic, before, copies, dead_letters);
     }
-    let plain = plain_copy(&table, &rows.presence, &copies);
+    let placeholded = !rows.placeholders.is_empty();
+    // Rows keeping unavailable columns need a stored row, which a COPY into the table would
+    // not check, and the check holds one row per key (rounds, not the probe's one merge).
+    let plain = (!placeholded)
+        .then(|| plain_copy(&table, &rows.presence, &copies))
+        .flatten();
     let merge = Merge {
         table: &table,
         keys: &keys,
@@ -347,8 +356,15 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         first_wins: rows.first_wins,
         version: rows.version,
     };
-    let probe = merge.probe();
-    let mut statements = merge.statements();
+    let probe = merge.probe().filter(|_| !placeholded);
+    // Stale records leave staging first: neither the placeholder's updates nor the merge
+    // may apply them.
+    let mut statements = merge.prune_stale();
+    if placeholded {
+        statements.push(merge.toast_check(&rows.placeholders.columns));
+        statements.extend(merge.toast_updates());
+    }
+    statements.extend(merge.statements());
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     let mut setup = staging.create(&table, &delete_names);
@@ -370,6 +386,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         keys_at,
         probe,
         versioned: rows.version.is_some(),
+        placeholders: rows.placeholders.ordinals,
     })
 }
 
@@ -422,70 +439,8 @@ fn unstaged(
         keys_at: Vec::new(),
         probe: None,
         versioned: false,
+        placeholders: Vec::new(),
     })
-}
-
-/// Session-local staging tables of one target table.
-struct Staging {
-    upserts: String,
-    deletes: String,
-}
-
-impl Staging {
-    /// Named by the table's oid and its shape: short and unique whatever the schema and table
-    /// names, shared by every topic that writes the table, and new when the table's columns
-    /// change (`auto_evolve`), since a session's staging keeps the columns it was made with.
-    /// Soft deletes, which stage their mark too, and versioned deletes, which stage their
-    /// version, have their own delete staging.
-    fn of(table: &Table, soft: bool, versioned: bool) -> Self {
-        use std::hash::{Hash as _, Hasher as _};
-        // SipHash with fixed keys: the same shape gets the same name for the process's life.
-        let mut h = std::hash::DefaultHasher::new();
-        for c in &table.columns {
-            (&c.name, &c.sql_type).hash(&mut h);
-        }
-        let shape = h.finish() as u32;
-        let name = |kind: &str| {
-            format!(
-                "pg_temp.{}",
-                quote_ident(&format!("kps_{kind}_{}_{shape:08x}", table.oid))
-            )
-        };
-        Self {
-            upserts: name("stage"),
-            deletes: name(match (soft, versioned) {
-                (false, false) => "delete",
-                (true, false) => "softdel",
-                (false, true) => "vdelete",
-                (true, true) => "vsoftdel",
-            }),
-        }
-    }
-
-    /// No constraints or defaults in staging: columns a record does not carry are simply not
-    /// merged.
-    fn create(&self, table: &Table, delete_names: &[String]) -> Vec<String> {
-        let ord = quote_ident(ORDINAL);
-        vec![
-            format!(
-                "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT * FROM {} WITH NO DATA",
-                self.upserts.trim_start_matches("pg_temp."),
-                table.qualified()
-            ),
-            format!(
-                "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint, ADD COLUMN IF NOT EXISTS {} bytea",
-                self.upserts,
-                quote_ident(MASK)
-            ),
-            format!(
-                "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
-                self.deletes.trim_start_matches("pg_temp."),
-                delete_names.join(", "),
-                table.qualified()
-            ),
-            format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {ord} bigint", self.deletes),
-        ]
-    }
 }
 
 /// Binary format: the rows are already encoded as COPY reads them.
@@ -773,6 +728,69 @@ mod tests {
         // Only keys with several rows are folded; a key's single row is merged as it is.
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n > 1"));
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n = 1"));
+    }
+
+    /// Debezium records holding the unavailable-value placeholder keep the stored value, so
+    /// their write never goes in by a plain COPY (which would insert a row without it) nor by
+    /// the probe's one merge: the check that a row exists, and the updates of those rows,
+    /// come first, in each round; the write knows which rows they were, for the count.
+    #[test]
+    fn placeholder_rows_are_checked_and_updated_before_the_merge() {
+        let t: Arc<str> = "t".into();
+        let m = mapper("t", "t", 5, "format = \"debezium\"");
+        let mut open = OpenBatch::default();
+        let event = |id: i64, note: &str| {
+            format!(r#"{{"op":"u","before":null,"after":{{"id":{id},"note":"{note}"}}}}"#)
+        };
+        add(&mut open, 0, &m, &t, 0, &event(1, "x")).unwrap();
+        add(&mut open, 0, &m, &t, 1, &event(2, "x")).unwrap();
+        let plain = open.seal(1, vec![advance("t", 2)]);
+        assert!(plain.writes[0].plain.is_some() && plain.writes[0].placeholders.is_empty());
+
+        add(
+            &mut open,
+            0,
+            &m,
+            &t,
+            2,
+            &event(1, "__debezium_unavailable_value"),
+        )
+        .unwrap();
+        add(&mut open, 0, &m, &t, 3, &event(2, "y")).unwrap();
+        let kept = open.seal(2, vec![advance("t", 4)]);
+        let write = &kept.writes[0];
+        assert!(write.plain.is_none() && write.probe.is_none());
+        assert_eq!(write.placeholders, [0]);
+        let statements = &write.statements;
+        assert!(
+            statements[0].starts_with("DO $kps_toast$"),
+            "{}",
+            statements[0]
+        );
+        assert!(
+            statements[0].contains("ERRCODE = '22K01'"),
+            "{}",
+            statements[0]
+        );
+        // `note` is column 1: its unavailable bit follows the one byte of presence bits.
+        assert!(
+            statements[0].contains("get_bit(u.\"__kps_mask\", 9) = 1 THEN 'note'"),
+            "{}",
+            statements[0]
+        );
+        assert!(statements[1].starts_with("UPDATE \"public\".\"t\" t SET \"note\" = CASE WHEN get_bit(u.\"__kps_mask\", 1) = 1"), "{}", statements[1]);
+        assert!(
+            statements[2].starts_with("DELETE FROM pg_temp."),
+            "{}",
+            statements[2]
+        );
+        assert!(
+            statements[2].ends_with("length(u.\"__kps_mask\") > 1"),
+            "{}",
+            statements[2]
+        );
+        // Then the merge, column by column (the rows carried different columns).
+        assert!(statements[3].contains("INSERT INTO"), "{}", statements[3]);
     }
 
     /// Uniform upserts may go in by a COPY of the columns their records carried (a key-only

@@ -28,6 +28,7 @@ pub mod registry;
 pub(crate) mod routing;
 pub mod schema;
 pub mod shutdown;
+pub(crate) mod staging;
 pub(crate) mod stale;
 pub mod startup;
 pub(crate) mod stats;

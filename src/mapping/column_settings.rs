@@ -4,7 +4,8 @@
 //! entry naming a column that is missing or of another type is refused here, so a typo never
 //! silently does nothing.
 
-use crate::config::{ByteaEncoding, TimeUnit, TopicSettings};
+use super::{Source, TopicMapper};
+use crate::config::{ByteaEncoding, Encoding, RecordFormat, TimeUnit, TopicSettings};
 use crate::schema::{ColumnType, Table};
 
 /// A unit the configuration gives a time column's integers.
@@ -110,4 +111,37 @@ pub(super) fn json_text_columns(topic: &TopicSettings, table: &Table) -> Result<
         json_text[i] = true;
     }
     Ok(json_text)
+}
+
+/// What `check` says of a column's settings.
+impl TopicMapper {
+    /// For `check`'s note: column `i` is json or jsonb, fed from the record's JSON without
+    /// `json_text`, on a topic whose records may come without a schema; a string there is
+    /// stored as a JSON string, which is wrong when it holds JSON text (Debezium's `Json`
+    /// with `schemas.enable=false`) and nothing in the record can say so.
+    pub(crate) fn may_store_json_text_as_string(&self, i: usize) -> bool {
+        matches!(
+            self.table.columns[i].ty,
+            ColumnType::Json | ColumnType::Jsonb
+        ) && !self.json_text[i]
+            && matches!(self.sources[i], Source::Doc(_))
+            // Registry formats arrive transcoded as `Json`: their encoding tells them apart.
+            && self.value_encoding == Encoding::Json
+            && matches!(
+                self.format,
+                RecordFormat::Json | RecordFormat::ConnectJson | RecordFormat::Debezium
+            )
+    }
+
+    /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
+    /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
+    /// small) unless a schema comes with it and says otherwise.
+    pub(crate) fn guesses_time_unit(&self, i: usize) -> bool {
+        is_time(self.table.columns[i].ty)
+            && self.units[i].is_none()
+            && matches!(
+                self.sources[i],
+                Source::Doc(_) | Source::Key(_) | Source::KeyAuto(_)
+            )
+    }
 }

@@ -8,6 +8,7 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use super::convert::{self, write_meta, write_raw, Hint, Input};
+use super::depth::{nests_deeper_than, MAX_JSON_DEPTH};
 use super::envelope::{self, Op};
 use super::pointer::JsonRef;
 use super::rows::presence_mask;
@@ -292,6 +293,8 @@ impl TopicMapper {
         let mut values = Vec::with_capacity(self.sources.len());
         let mut include = std::mem::take(&mut rows.scratch);
         include.clear();
+        // Columns that hold Debezium's placeholder: carried by none, and marked "keep".
+        let mut unavailable: Vec<u16> = Vec::new();
         let result = (|| {
             for (i, col) in self.table.columns.iter().enumerate() {
                 let value = value_of(i)?;
@@ -303,6 +306,15 @@ impl TopicMapper {
                         values.push(Value::Absent);
                         continue;
                     }
+                }
+                let placeholder = match (&self.placeholders, &value) {
+                    (Some(p), Value::In(Input::Json(raw), _)) => p.is_placeholder(i, raw.get()),
+                    _ => false,
+                };
+                if placeholder {
+                    unavailable.push(i as u16);
+                    values.push(Value::Absent);
+                    continue;
                 }
                 let present = match (&value, &self.sources[i]) {
                     (_, Source::Default) => false,
@@ -353,6 +365,13 @@ impl TopicMapper {
         // COPY and one merge; the mask says which of them the record carried.
         let columns: &[u16] = if upsert {
             presence_mask(&include, self.table.columns.len(), &mut mask);
+            if !unavailable.is_empty() {
+                // The unavailable columns' bits follow the presence bits, which a row without
+                // any lacks (the merge's check tells the two apart by the mask's length).
+                let mut extra = Vec::new();
+                presence_mask(&unavailable, self.table.columns.len(), &mut extra);
+                mask.extend_from_slice(&extra);
+            }
             &self.all_columns
         } else {
             &include
@@ -392,6 +411,9 @@ impl TopicMapper {
                 rows.next_ordinal += 1;
                 if upsert {
                     rows.presence.note(&include);
+                }
+                if !unavailable.is_empty() {
+                    rows.placeholders.note(ordinal, &unavailable);
                 }
             }
             Err(_) => copy.undo_row(mark),
@@ -447,50 +469,4 @@ impl TopicMapper {
             (Some(ConfiguredUnit::Topic(unit)), None) => Some(Hint::Epoch(unit)),
         })
     }
-}
-
-/// Deeper JSON is refused before it is decoded: PostgreSQL's json parsers stop at their stack
-/// limit with an error no retry can fix, and real records nest a handful of levels.
-pub const MAX_JSON_DEPTH: usize = 64;
-
-/// Whether `json` opens more than `limit` nested objects or arrays (strings are skipped), in
-/// one pass without recursion.
-///
-/// Nothing can nest deeper than the number of `{` and `[` bytes it holds, and real records
-/// hold a few: counting them with memchr's vector search settles almost every record at a
-/// fraction of the cost of the exact byte-by-byte walk (which was 7% of the consumer thread
-/// for Connect envelopes), and only a value with more openers than `limit` is walked.
-pub(crate) fn nests_deeper_than(json: &[u8], limit: usize) -> bool {
-    if memchr::memchr2_iter(b'{', b'[', json).nth(limit).is_none() {
-        return false;
-    }
-    nests_deeper_than_exactly(json, limit)
-}
-
-/// The exact walk behind `nests_deeper_than`, for values with more openers than the limit.
-pub(super) fn nests_deeper_than_exactly(json: &[u8], limit: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in json {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > limit {
-                    return true;
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
 }

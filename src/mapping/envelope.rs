@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use super::encode::{nests_deeper_than, MAX_JSON_DEPTH};
+use super::depth::{nests_deeper_than, MAX_JSON_DEPTH};
 use super::pointer::JsonRef;
 
 use super::convert::{Hint, Input};

@@ -10,11 +10,13 @@
 mod avro;
 mod column_settings;
 mod convert;
+mod depth;
 mod encode;
 mod envelope;
 mod json_schema;
 mod json_write;
 mod keys;
+mod placeholder;
 pub(crate) mod pointer;
 mod protobuf;
 mod removal;
@@ -29,15 +31,15 @@ mod transcode;
 mod version;
 
 use foldhash::{HashMap, HashMapExt as _};
-use std::fmt;
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use anyhow::Context as _;
 
 pub use convert::Hint;
-pub(crate) use encode::nests_deeper_than;
-pub use encode::MAX_JSON_DEPTH;
-pub use rows::{Presence, Rows, TableRows};
+pub(crate) use depth::nests_deeper_than;
+pub use depth::MAX_JSON_DEPTH;
+pub(crate) use placeholder::Placeholders;
+pub use rows::{Placeholded, Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};
 pub use source::{Meta, Source};
@@ -46,8 +48,8 @@ use crate::config::{
     Encoding, OnConflict, OnError, RecordFormat, TimeUnit, TopicSettings, TruncateMode, WriteMode,
 };
 use crate::registry::{RegisteredSchema, SchemaKind};
-use crate::schema::{Column, ColumnType, Table};
-use column_settings::{hex_columns, is_time, json_text_columns, time_units, ConfiguredUnit};
+use crate::schema::{Column, Table};
+use column_settings::{hex_columns, json_text_columns, time_units, ConfiguredUnit};
 use envelope::HintCache;
 use keys::upsert_key_names;
 use transcode::Decoder;
@@ -157,6 +159,9 @@ pub struct TopicMapper {
     hex: Vec<bool>,
     /// Per column: its strings hold JSON text (`json_text`), written as that JSON.
     json_text: Vec<bool>,
+    /// Debezium upserts: the forms of the unavailable-value placeholder per column, a value
+    /// that leaves the stored one as it is.
+    placeholders: Option<Placeholders>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -253,6 +258,8 @@ impl TopicMapper {
         let units = time_units(topic, &table).map_err(err)?;
         let hex = hex_columns(topic, &table).map_err(err)?;
         let json_text = json_text_columns(topic, &table).map_err(err)?;
+        let placeholders =
+            Placeholders::for_topic(topic, &table, &sources, upsert_keys.as_deref(), &hex);
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -284,6 +291,7 @@ impl TopicMapper {
             units,
             hex,
             json_text,
+            placeholders,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),
@@ -444,36 +452,6 @@ impl TopicMapper {
     /// For `check`: whether column `i` reads its strings as JSON text (`json_text`).
     pub(crate) fn reads_json_text(&self, i: usize) -> bool {
         self.json_text[i]
-    }
-
-    /// For `check`'s note: column `i` is json or jsonb, fed from the record's JSON without
-    /// `json_text`, on a topic whose records may come without a schema; a string there is
-    /// stored as a JSON string, which is wrong when it holds JSON text (Debezium's `Json`
-    /// with `schemas.enable=false`) and nothing in the record can say so.
-    pub(crate) fn may_store_json_text_as_string(&self, i: usize) -> bool {
-        matches!(
-            self.table.columns[i].ty,
-            ColumnType::Json | ColumnType::Jsonb
-        ) && !self.json_text[i]
-            && matches!(self.sources[i], Source::Doc(_))
-            // Registry formats arrive transcoded as `Json`: their encoding tells them apart.
-            && self.value_encoding == Encoding::Json
-            && matches!(
-                self.format,
-                RecordFormat::Json | RecordFormat::ConnectJson | RecordFormat::Debezium
-            )
-    }
-
-    /// For `check`'s warning: column `i` is a time column fed from the record's JSON with no
-    /// unit configured, so an integer there is read as epoch milliseconds (dates: days when
-    /// small) unless a schema comes with it and says otherwise.
-    pub(crate) fn guesses_time_unit(&self, i: usize) -> bool {
-        is_time(self.table.columns[i].ty)
-            && self.units[i].is_none()
-            && matches!(
-                self.sources[i],
-                Source::Doc(_) | Source::Key(_) | Source::KeyAuto(_)
-            )
     }
 
     /// For `check`'s warning: the top-level field of a registered value schema column `i`

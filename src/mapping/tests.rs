@@ -506,8 +506,8 @@ proptest::proptest! {
         limit in 0usize..10,
     ) {
         proptest::prop_assert_eq!(
-            encode::nests_deeper_than(text.as_bytes(), limit),
-            encode::nests_deeper_than_exactly(text.as_bytes(), limit)
+            depth::nests_deeper_than(text.as_bytes(), limit),
+            depth::nests_deeper_than_exactly(text.as_bytes(), limit)
         );
     }
 

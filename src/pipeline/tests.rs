@@ -305,6 +305,7 @@ impl FakeWriters {
             copied: Vec::new(),
             rounds: Vec::new(),
             stale: Vec::new(),
+            placeholders: Vec::new(),
             offsets: batch.offsets.clone(),
         })));
         true

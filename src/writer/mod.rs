@@ -32,6 +32,7 @@ mod stale;
 mod transaction;
 
 pub(crate) use copy_first::CopyFirst;
+pub(crate) use errors::is_toast_unavailable;
 pub use transaction::apply_table;
 use transaction::{write, Written};
 
@@ -85,6 +86,9 @@ pub struct WriteResult {
     pub rounds: Vec<(String, u32)>,
     /// Per topic and table, the records left out as older than their key's stored row.
     pub stale: Vec<(String, String, u64)>,
+    /// Per table, rows that kept columns Debezium sent as unavailable, and those that became
+    /// `toast_unavailable` dead letters.
+    pub placeholders: Vec<(String, u64, u64)>,
     /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
@@ -221,6 +225,7 @@ async fn run(
             copied: written.copied,
             rounds: written.rounds,
             stale: written.stale,
+            placeholders: written.placeholders,
             offsets: batch.offsets.clone(),
         };
         if results.send(WriterEvent::Done(Box::new(result))).is_err() {

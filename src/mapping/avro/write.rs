@@ -58,7 +58,7 @@ pub(super) fn write_json_string(s: &str, depth: usize, out: &mut String) -> Resu
     serde_json::from_str::<serde::de::IgnoredAny>(s)
         .map_err(|e| format!("an io.debezium.data.Json string is not JSON: {e}"))?;
     let json = s.trim_matches([' ', '\t', '\n', '\r']);
-    if crate::mapping::encode::nests_deeper_than(
+    if crate::mapping::depth::nests_deeper_than(
         json.as_bytes(),
         super::MAX_JSON_DEPTH.saturating_sub(depth),
     ) {

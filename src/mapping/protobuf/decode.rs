@@ -20,7 +20,7 @@ use super::wire::{
     wrapped_float, Occurrence,
 };
 use super::write::{default_of, has_duplicate_keys, write_float, write_str};
-use crate::mapping::encode::nests_deeper_than;
+use crate::mapping::depth::nests_deeper_than;
 
 /// Why the direct reader did not write a message.
 #[derive(Debug)]
