@@ -349,6 +349,9 @@ async fn stale_deletes_are_ignored_and_only_a_soft_delete_remembers_its_version(
         (4, 3_000, Some("four")),
         (4, 2_500, None),
         (4, 3_500, None),
+        // Two events in one millisecond: both apply, in offset order.
+        (5, 4_000, Some("first")),
+        (5, 4_000, Some("second")),
     ];
     let mut sinks = Vec::new();
     for (table, extra) in [
@@ -384,6 +387,7 @@ async fn stale_deletes_are_ignored_and_only_a_soft_delete_remembers_its_version(
             // The limit: the hard delete at 2000 left no row, so the upsert at 1500 made one.
             text(&[Some("2"), Some("late"), Some("1500")]),
             text(&[Some("3"), Some("kept"), Some("1000")]),
+            text(&[Some("5"), Some("second"), Some("4000")]),
         ]
     );
     assert_eq!(
@@ -395,6 +399,7 @@ async fn stale_deletes_are_ignored_and_only_a_soft_delete_remembers_its_version(
             text(&[Some("2"), Some("doomed"), Some("2000"), Some("true")]),
             text(&[Some("3"), Some("kept"), Some("1000"), Some("false")]),
             text(&[Some("4"), Some("four"), Some("3500"), Some("true")]),
+            text(&[Some("5"), Some("second"), Some("4000"), Some("false")]),
         ]
     );
     assert_stale(&sinks[0].0, &sinks[0].1.name, "hard", 2.0).await;
