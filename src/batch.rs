@@ -836,11 +836,11 @@ mod tests {
         let none = RowRules::default();
         let checks = RowRules {
             checks: true,
-            beyond_the_row: false,
+            ..RowRules::default()
         };
         let beyond = RowRules {
-            checks: false,
             beyond_the_row: true,
+            ..RowRules::default()
         };
         let statement = probe(none, "", &whole).expect("a probe");
         assert!(

@@ -26,9 +26,12 @@ mod copy_first;
 mod errors;
 #[cfg(debug_assertions)]
 mod fault;
+#[cfg(test)]
+mod pg_model;
 mod rounds;
 mod savepoint;
 mod transaction;
+mod unique_rounds;
 
 pub(crate) use copy_first::CopyFirst;
 pub use transaction::apply_table;
