@@ -13,6 +13,7 @@ use crate::offsets::OffsetAdvance;
 use crate::pgcopy::CopyData;
 use crate::record::OwnedRecord;
 use crate::schema::{quote_ident, Table};
+use crate::unique_order::UniqueOrder;
 
 /// What one table receives in a transaction.
 pub struct TableWrite {
@@ -50,6 +51,9 @@ pub struct TableWrite {
     /// Where it can stand for the rounds: the statement that shows PostgreSQL the records of
     /// repeated keys as the rows they propose alone (`Merge::probe`).
     pub probe: Option<String>,
+    /// Where the table has unique indexes besides the key: how the writer orders the rows by
+    /// them (`writer::unique_rounds`), so the batch ends as one-by-one apply would.
+    pub unique: Option<UniqueOrder>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -341,6 +345,17 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         first_wins: rows.first_wins,
     };
     let probe = merge.probe();
+    let unique = if rows.first_wins {
+        None
+    } else {
+        UniqueOrder::of(
+            &table,
+            &keys,
+            &staging.upserts,
+            has_deletes.then_some(staging.deletes.as_str()),
+            rows.soft_delete.is_some(),
+        )
+    };
     let mut statements = merge.statements();
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
@@ -361,6 +376,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         ddl: Vec::new(),
         keys_at,
         probe,
+        unique,
     })
 }
 
@@ -412,6 +428,7 @@ fn unstaged(
         ddl: Vec::new(),
         keys_at: Vec::new(),
         probe: None,
+        unique: None,
     })
 }
 

@@ -31,5 +31,6 @@ pub mod shutdown;
 pub mod startup;
 pub(crate) mod stats;
 pub mod telemetry;
+pub(crate) mod unique_order;
 pub(crate) mod watermarks;
 pub(crate) mod writer;

@@ -32,6 +32,7 @@ mod rounds;
 mod savepoint;
 mod transaction;
 mod unique_rounds;
+mod unique_write;
 
 pub(crate) use copy_first::CopyFirst;
 pub use transaction::apply_table;

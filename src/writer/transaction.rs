@@ -391,11 +391,13 @@ async fn apply_range(
     lo: i64,
     hi: i64,
 ) -> Result<(), sqlx::Error> {
-    // A plain COPY of rows whose keys repeat could only fail on them.
-    if rounds.count() > 1 {
+    // A plain COPY of rows whose keys repeat could only fail on them. Unique indexes besides
+    // the key order the rows by more than their keys.
+    if rounds.count() > 1 && write.unique.is_none() {
         return rounds.apply(conn, write, lo, hi).await;
     }
-    if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
+    // New keys in record order, each checked as it goes in: what one-by-one apply does.
+    if let (Some(plain), [staged], 1) = (&write.plain, &write.copies[..], rounds.count()) {
         // A range with no rows has nothing to copy, and no try to count.
         if let Some(data) = range_data(write, staged, lo, hi, None) {
             if first.should_try(&write.table) {
@@ -406,6 +408,9 @@ async fn apply_range(
                 first.refused(&write.table);
             }
         }
+    }
+    if let Some(order) = &write.unique {
+        return super::unique_write::apply(conn, write, order, lo, hi).await;
     }
     for staged in &write.copies {
         if let Some(data) = range_data(write, staged, lo, hi, None) {
@@ -488,6 +493,7 @@ mod tests {
             ddl: Vec::new(),
             keys_at: Vec::new(),
             probe: None,
+            unique: None,
         }
     }
 

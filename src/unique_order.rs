@@ -1,0 +1,131 @@
+//! What the writer needs to order an upsert write by the table's unique indexes besides its
+//! key (`writer::unique_rounds`): which indexes those are, whether the sink can compare their
+//! values, and the reads of the staged rows and of what their keys hold in the table.
+
+use crate::merge::{MASK, ORDINAL};
+use crate::schema::{quote_ident, ColumnType, Table};
+
+/// An upsert write's unique indexes besides its key, and how to read them.
+pub struct UniqueOrder {
+    /// Per index: its columns' places in `columns`, or `None` where its values cannot be
+    /// compared as bytes. An index the catalog could not list (`RowRules::opaque_unique`) is
+    /// one more `None`.
+    pub indexes: Vec<Option<Vec<usize>>>,
+    /// The comparable indexes' columns (table positions), each once.
+    pub columns: Vec<u16>,
+    /// The staged upserts: ordinal, mask, key columns, `columns`, whether the key has a row,
+    /// and the row's `columns`.
+    pub read_upserts: String,
+    /// The staged deletes: ordinal, key columns, whether the key has a row, its `columns`.
+    pub read_deletes: Option<String>,
+    /// How many key columns the reads return.
+    pub keys: usize,
+    pub soft_delete: bool,
+}
+
+impl UniqueOrder {
+    /// The order of an upsert write to `table` on `keys`; `None` where the table has no
+    /// unique index besides the key (most tables: their writes go as before).
+    pub fn of(
+        table: &Table,
+        keys: &[u16],
+        upserts: &str,
+        deletes: Option<&str>,
+        soft_delete: bool,
+    ) -> Option<Self> {
+        let position = |name: &String| table.column(name).map(|(i, _)| i as u16);
+        let mut key_set: Vec<u16> = keys.to_vec();
+        key_set.sort_unstable();
+        let mut columns: Vec<u16> = Vec::new();
+        let mut indexes: Vec<Option<Vec<usize>>> = Vec::new();
+        for names in &table.unique_keys {
+            let Some(mut cols) = names.iter().map(position).collect::<Option<Vec<u16>>>() else {
+                // A column the sink never writes (generated): its values are not staged.
+                indexes.push(None);
+                continue;
+            };
+            let mut sorted = cols.clone();
+            sorted.sort_unstable();
+            if sorted == key_set {
+                continue;
+            }
+            if !cols
+                .iter()
+                .all(|&c| bytes_are_equality(&table.columns[c as usize]))
+            {
+                indexes.push(None);
+                continue;
+            }
+            let places = cols
+                .drain(..)
+                .map(|c| match columns.iter().position(|&x| x == c) {
+                    Some(p) => p,
+                    None => {
+                        columns.push(c);
+                        columns.len() - 1
+                    }
+                })
+                .collect();
+            indexes.push(Some(places));
+        }
+        if table.rules.opaque_unique {
+            indexes.push(None);
+        }
+        if indexes.is_empty() {
+            return None;
+        }
+        let name = |c: u16| quote_ident(&table.columns[c as usize].name);
+        let of = |alias: &str, cols: &[u16]| -> Vec<String> {
+            cols.iter()
+                .map(|&c| format!("{alias}.{}", name(c)))
+                .collect()
+        };
+        let key_match = keys
+            .iter()
+            .map(|&k| format!("t.{0} = s.{0}", name(k)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let ord = quote_ident(ORDINAL);
+        // An upsert's row comes with its mask and its own values; a delete's with its key.
+        let read = |from: &str, upsert: bool| {
+            let mut fields = vec![format!("s.{ord}")];
+            if upsert {
+                fields.push(format!("s.{}", quote_ident(MASK)));
+            }
+            fields.extend(of("s", keys));
+            if upsert {
+                fields.extend(of("s", &columns));
+            }
+            fields.push("t.ctid IS NOT NULL".into());
+            fields.extend(of("t", &columns));
+            format!(
+                "SELECT {} FROM {from} s LEFT JOIN {} t ON {key_match}",
+                fields.join(", "),
+                table.qualified()
+            )
+        };
+        let read_upserts = read(upserts, true);
+        let read_deletes = deletes.map(|d| read(d, false));
+        Some(Self {
+            indexes,
+            columns,
+            read_upserts,
+            read_deletes,
+            keys: keys.len(),
+            soft_delete,
+        })
+    }
+}
+
+/// Whether two values of `column` are equal in a unique index exactly when their binary forms
+/// are: not for numeric (`1.0`, `1.00`), floats (`-0`, `0`), JSON, intervals, networks,
+/// arrays, or citext (which compares ignoring case and is read as text).
+fn bytes_are_equality(column: &crate::schema::Column) -> bool {
+    use ColumnType::*;
+    match column.ty {
+        Text => !column.sql_type.contains("citext"),
+        Int2 | Int4 | Int8 | Bool | Timestamptz | Timestamp | Date | Uuid | Bytea | Time
+        | Macaddr | Macaddr8 => true,
+        _ => false,
+    }
+}
