@@ -18,23 +18,35 @@
 #     scripts/serializers/connect/pom.xml, and the tests' helper ConnectJson.java compiled
 #     against them once: the Connect JSON bytes the tests feed (`env` prints
 #     KPS_CONNECT_JSON_CP, the classpath to run `java -cp "$KPS_CONNECT_JSON_CP" ConnectJson`).
+#   - The connect service (default instance only): a second PostgreSQL 15 cluster, 15/kps_cdc
+#     on 127.0.0.1:5442, with wal_level = logical, 64 replication slots and WAL senders, and
+#     role debezium (LOGIN REPLICATION CREATEDB, password debezium-secret), the source the
+#     CDC tests change; and a Kafka Connect worker (standalone, Kafka 4.1.1 jars from Maven
+#     Central, heap 512m, REST on 127.0.0.1:18083, offsets in a file, talking to the default
+#     broker) with the real Debezium PostgreSQL connector 3.6.1.Final (its `plugin` tar.gz)
+#     on plugin.path, plugin.discovery=service_load. Connectors are added and deleted through
+#     the REST API (tests/it/helpers/debezium.rs). Jars come from scripts/connect/pom.xml into
+#     $CACHE/connect-worker (refetched when the pom changes); `env` prints KAFKA_CONNECT_URL,
+#     KPS_CDC_DATABASE_URL (the cluster's admin URL), KPS_CDC_ROLE, KPS_CDC_ROLE_PASSWORD.
 #   - `up` also installs Debian's prometheus package (prometheus, promtool) when missing,
 #     for the alert tests (it starts no Prometheus), and scripts/ops-tools.sh's helm and
 #     kubernetes-validate for deploy/check.sh, and scripts/serializers.sh's venv with
 #     confluent-kafka's Python serializers (the registry-format tests produce with them).
 #
 # Usage: [KPS_INSTANCE=NAME] scripts/dev-services.sh COMMAND
-#   up [kafka|postgres|registry]
-#                           start Kafka, PostgreSQL and the registry, or one service
-#                           (idempotent); returns once they answer
-#   build [kafka|registry|connect-json]
+#   up [kafka|postgres|registry|connect]
+#                           start Kafka, PostgreSQL, the registry and (default instance)
+#                           connect, or one service (idempotent); returns once they answer
+#   build [kafka|registry|connect-json|connect]
 #                           fetch the Kafka jars, build the registry app and the JsonConverter
-#                           helper (or one), so a later up only starts them; nothing is started
-#   down [kafka|postgres|registry]
-#                           stop all (the registry too), or one (idempotent); data is kept
+#                           helper, fetch the Connect worker and Debezium (or one), so a later
+#                           up only starts them; nothing is started
+#   down [kafka|postgres|registry|connect]
+#                           stop all (the registry and connect too), or one (idempotent);
+#                           data is kept; connect means the worker and its source cluster
 #   env                     print exports; use: eval "$(scripts/dev-services.sh env)"
 #   status                  say whether each service is running
-#   start|stop|restart kafka|postgres|registry
+#   start|stop|restart kafka|postgres|registry|connect
 #                           one service, for fault-injection tests; data is kept
 #   reset                   down, then wipe Kafka's data dir (next `up` formats anew);
 #                           for a named instance, also drop its PostgreSQL cluster
@@ -60,6 +72,8 @@
 #   KPS_KAFKA_SASL_PORT        default instance 9094 (SASL_PLAINTEXT)
 #   KPS_KAFKA_SSL_PORT         default instance 9095 (SSL)
 #   KPS_REGISTRY_PORT          default instance 18081 (Schema Registry, HTTP)
+#   KPS_CDC_PG_PORT            5442 (the connect service's source cluster 15/kps_cdc)
+#   KPS_CONNECT_PORT           18083 (the Kafka Connect worker's REST API)
 # A named instance remembers the ports of its last up/start in $CACHE/run/NAME/ports.env,
 # so later commands (env, status, stop, start) need not repeat them. A port neither set
 # nor remembered is derived from the name alone: base = 20000 + 10 * (cksum(NAME) % 1000),
@@ -68,6 +82,7 @@
 # that run instances side by side should pass explicit ports.
 #
 # Other environment: KPS_CACHE_DIR, KPS_KAFKA_START_TIMEOUT (s, default 120),
+# KPS_CONNECT_HEAP (the Connect worker's -Xmx, default 512m),
 # KPS_KAFKA_HEAP (broker -Xmx: default 1g, 384m for a named instance),
 # KPS_PG_CLUSTER (cluster name override, to exercise this script on a scratch cluster),
 # KPS_KAFKA_BROKER_PROPERTIES (named instances only: extra server.properties lines, one
@@ -117,8 +132,9 @@ usage() {
 INSTANCE=${KPS_INSTANCE:-default}
 [[ $INSTANCE =~ ^[a-z0-9][a-z0-9_]{0,31}$ ]] ||
     die "KPS_INSTANCE='$INSTANCE': use 1-32 characters from [a-z0-9_], starting with a letter or digit"
-[[ $INSTANCE != kafka && $INSTANCE != registry ]] ||
-    die "KPS_INSTANCE=$INSTANCE is reserved (a run dir of the default instance)"
+# kafka, registry, connect: run dirs of the default instance; cdc: its cluster 15/kps_cdc.
+[[ $INSTANCE != kafka && $INSTANCE != registry && $INSTANCE != connect && $INSTANCE != cdc ]] ||
+    die "KPS_INSTANCE=$INSTANCE is reserved (a run dir or cluster of the default instance)"
 
 is_default() { [[ $INSTANCE == default ]]; }
 
@@ -238,6 +254,41 @@ REGISTRY_PID_FILE=$REGISTRY_RUN/registry.pid
 REGISTRY_LOG=$REGISTRY_RUN/registry.log
 REGISTRY_HOST=127.0.0.1
 REGISTRY_START_TIMEOUT=90
+
+# The CDC source (default instance only): a second PostgreSQL cluster with logical decoding,
+# captured by the real Debezium PostgreSQL connector in a Kafka Connect worker. The worker
+# jars and the connector's plugin dir are fetched once per content of scripts/connect/.
+CONNECT_SRC_DIR_WORKER=$SCRIPT_DIR/connect # pom (worker + Debezium plugin), log4j2 config
+DEBEZIUM_VERSION=$(sed -n 's:.*<debezium\.version>\([^<]*\)</debezium\.version>.*:\1:p' "$CONNECT_SRC_DIR_WORKER/pom.xml")
+CONNECT_HOME=$CACHE_DIR/connect-worker
+CONNECT_LIBS=$CONNECT_HOME/libs
+CONNECT_PLUGINS=$CONNECT_HOME/plugins
+CONNECT_MARKER=$CONNECT_HOME/.complete
+CONNECT_RUN=$CACHE_DIR/run/connect
+CONNECT_PROPS=$CONNECT_RUN/worker.properties
+CONNECT_PID_FILE=$CONNECT_RUN/connect.pid
+CONNECT_LOG=$CONNECT_RUN/connect.log
+CONNECT_HOST=127.0.0.1
+CONNECT_PORT=${KPS_CONNECT_PORT:-18083}
+CONNECT_HEAP=${KPS_CONNECT_HEAP:-512m}
+CONNECT_START_TIMEOUT=120
+CDC_PG_CLUSTER=kps_cdc
+CDC_PG_PORT=${KPS_CDC_PG_PORT:-5442}
+CDC_PG_CONF_DIR=/etc/postgresql/15/$CDC_PG_CLUSTER
+CDC_PG_LOG=/var/log/postgresql/postgresql-15-$CDC_PG_CLUSTER.log
+# The connector's login: LOGIN REPLICATION, no superuser. Test databases are owned by it, so
+# it may create the publications of its own tables.
+CDC_ROLE=debezium
+CDC_ROLE_PASSWORD=debezium-secret
+# Slots many tests hold at once; each test drops its own.
+CDC_MAX_SLOTS=64
+for name in CONNECT_PORT CDC_PG_PORT; do
+    port=${!name}
+    if ! [[ $port =~ ^[0-9]{1,5}$ ]] || ((10#$port < 1 || 10#$port > 65535)); then
+        die "KPS_$name=$port is not a port number"
+    fi
+done
+unset name port
 
 PG_VERSION=15
 PG_HOST=127.0.0.1
@@ -983,6 +1034,267 @@ pg_stop() {
     fi
 }
 
+# ---------------------------------------------------------------- CDC source and Kafka Connect
+
+default_only() {
+    is_default || die "the connect service (CDC source cluster and Kafka Connect worker) belongs to the default instance"
+}
+
+# psql as the postgres OS user on the CDC cluster (peer auth over the unix socket).
+cdc_psql() {
+    (cd / && runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -p "$CDC_PG_PORT" -d postgres "$@")
+}
+
+cdc_pg_running() {
+    [[ -f $CDC_PG_CONF_DIR/postgresql.conf ]] &&
+        pg_ctlcluster "$PG_VERSION" "$CDC_PG_CLUSTER" status >/dev/null 2>&1
+}
+
+# The source cluster: logical decoding, enough slots and WAL senders for many tests at once,
+# and a cap on the WAL a forgotten slot may hold (a test that dies before its teardown must
+# not fill the disk). Like the main cluster, settings live in a conf.d drop-in.
+cdc_pg_configure() {
+    local dropin=$CDC_PG_CONF_DIR/conf.d/kafka-pg-sink.conf
+    local want
+    want=$(printf '%s\n' \
+        '# Written by kafka-pg-sink scripts/dev-services.sh: the CDC source of the Debezium tests.' \
+        "listen_addresses = '$PG_HOST'" \
+        'max_connections = 300' \
+        'wal_level = logical' \
+        "max_replication_slots = $CDC_MAX_SLOTS" \
+        "max_wal_senders = $CDC_MAX_SLOTS" \
+        "max_slot_wal_keep_size = '2GB'")
+    CDC_PG_CHANGED=0
+    if [[ $(pg_conftool -s "$PG_VERSION" "$CDC_PG_CLUSTER" show port 2>/dev/null || true) != "$CDC_PG_PORT" ]]; then
+        pg_conftool "$PG_VERSION" "$CDC_PG_CLUSTER" set port "$CDC_PG_PORT"
+        CDC_PG_CHANGED=1
+    fi
+    if ! grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$CDC_PG_CONF_DIR/postgresql.conf"; then
+        printf "\ninclude_dir = 'conf.d'\n" >>"$CDC_PG_CONF_DIR/postgresql.conf"
+        CDC_PG_CHANGED=1
+    fi
+    mkdir -p "$CDC_PG_CONF_DIR/conf.d"
+    if [[ ! -f $dropin || $(<"$dropin") != "$want" ]]; then
+        printf '%s\n' "$want" >"$dropin"
+        chown postgres:postgres "$dropin"
+        CDC_PG_CHANGED=1
+    fi
+}
+
+cdc_pg_create() {
+    [[ -f $CDC_PG_CONF_DIR/postgresql.conf ]] && return 0
+    log "creating PostgreSQL cluster $PG_VERSION/$CDC_PG_CLUSTER (the CDC source) on port $CDC_PG_PORT"
+    pg_createcluster -p "$CDC_PG_PORT" "$PG_VERSION" "$CDC_PG_CLUSTER" >&2
+}
+
+# wal_level and the slot limits need a restart, so a changed drop-in restarts the cluster;
+# only the Debezium tests use it.
+cdc_pg_start() {
+    default_only
+    require_root
+    pg_installed || with_setup_lock pg_install
+    with_setup_lock cdc_pg_create
+    cdc_pg_configure
+    if cdc_pg_running; then
+        if [[ $CDC_PG_CHANGED == 1 ]]; then
+            log "CDC source settings changed; restarting $PG_VERSION/$CDC_PG_CLUSTER"
+            pg_ctlcluster "$PG_VERSION" "$CDC_PG_CLUSTER" restart -m fast ||
+                { tail -n 30 "$CDC_PG_LOG" >&2; die "pg restart of $CDC_PG_CLUSTER failed"; }
+        else
+            log "CDC source postgres already running ($PG_VERSION/$CDC_PG_CLUSTER)"
+        fi
+    else
+        if port_open "$CDC_PG_PORT"; then
+            die "port $CDC_PG_PORT is in use, but not by cluster $PG_VERSION/$CDC_PG_CLUSTER (set KPS_CDC_PG_PORT)"
+        fi
+        log "starting postgres $PG_VERSION/$CDC_PG_CLUSTER (the CDC source)"
+        pg_ctlcluster "$PG_VERSION" "$CDC_PG_CLUSTER" start ||
+            { tail -n 30 "$CDC_PG_LOG" >&2; die "pg_ctlcluster start of $CDC_PG_CLUSTER failed"; }
+    fi
+    local deadline=$((SECONDS + PG_START_TIMEOUT))
+    until pg_isready -q -h "$PG_HOST" -p "$CDC_PG_PORT"; do
+        ((SECONDS < deadline)) || { tail -n 30 "$CDC_PG_LOG" >&2; die "CDC postgres not ready after ${PG_START_TIMEOUT} s"; }
+        sleep 0.5
+    done
+    # The admin password (tests create their databases with it) and the connector's role.
+    cdc_psql -c "ALTER ROLE $PG_USER WITH PASSWORD '$PG_PASSWORD'" \
+        -c "DO \$\$ BEGIN
+                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$CDC_ROLE') THEN
+                    CREATE ROLE $CDC_ROLE LOGIN REPLICATION;
+                END IF;
+            END \$\$" \
+        -c "ALTER ROLE $CDC_ROLE WITH LOGIN REPLICATION NOSUPERUSER CREATEDB PASSWORD '$CDC_ROLE_PASSWORD'" >&2
+    [[ $(cdc_psql -At -c 'show wal_level') == logical ]] || die "$CDC_PG_CLUSTER: wal_level is not logical"
+    log "CDC source postgres ready on $PG_HOST:$CDC_PG_PORT (wal_level logical, $CDC_MAX_SLOTS slots, role $CDC_ROLE)"
+}
+
+cdc_pg_stop() {
+    is_default || return 0
+    require_root
+    if cdc_pg_running; then
+        log "stopping postgres $PG_VERSION/$CDC_PG_CLUSTER (the CDC source)"
+        pg_ctlcluster "$PG_VERSION" "$CDC_PG_CLUSTER" stop -m fast
+    else
+        log "CDC source postgres not running"
+    fi
+}
+
+connect_sources_sum() {
+    cat "$CONNECT_SRC_DIR_WORKER/pom.xml" | sha256sum | cut -d' ' -f1
+}
+
+connect_built() {
+    [[ -f $CONNECT_MARKER && $(cat "$CONNECT_MARKER") == "$(connect_sources_sum)" ]]
+}
+
+# The worker's classpath and the connector's plugin dir, once per pom content.
+connect_build() {
+    local version
+    version=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$CONNECT_SRC_DIR_WORKER/pom.xml")
+    [[ $version == "$KAFKA_VERSION" ]] ||
+        die "$CONNECT_SRC_DIR_WORKER/pom.xml has Kafka '$version', the broker $KAFKA_VERSION: make them equal"
+    [[ -n $DEBEZIUM_VERSION ]] || die "no <debezium.version> in $CONNECT_SRC_DIR_WORKER/pom.xml"
+    connect_built || with_setup_lock connect_build_locked
+}
+
+connect_build_locked() {
+    connect_built && return 0
+    local want
+    want=$(connect_sources_sum)
+    command -v java >/dev/null || apt_install openjdk-17-jre-headless
+    command -v mvn >/dev/null || apt_install maven
+    log "fetching Kafka Connect $KAFKA_VERSION and Debezium $DEBEZIUM_VERSION's PostgreSQL connector with Maven into $CONNECT_HOME"
+    rm -rf "$CONNECT_LIBS" "$CONNECT_PLUGINS"
+    mkdir -p "$CONNECT_LIBS" "$CONNECT_PLUGINS"
+    local mvn_log=$CACHE_DIR/mvn-connect.log
+    if ! mvn -q -B -Dstyle.color=never -f "$CONNECT_SRC_DIR_WORKER/pom.xml" \
+        dependency:copy-dependencies dependency:unpack \
+        -Dkps.libs.dir="$CONNECT_LIBS" -Dkps.plugin.dir="$CONNECT_PLUGINS" >"$mvn_log" 2>&1; then
+        tail -n 40 "$mvn_log" >&2
+        die "mvn failed (full output: $mvn_log)"
+    fi
+    compgen -G "$CONNECT_LIBS/connect-runtime-$KAFKA_VERSION.jar" >/dev/null ||
+        die "mvn did not produce connect-runtime-$KAFKA_VERSION.jar in $CONNECT_LIBS"
+    compgen -G "$CONNECT_PLUGINS/debezium-connector-postgres/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" >/dev/null ||
+        die "mvn did not unpack debezium-connector-postgres $DEBEZIUM_VERSION into $CONNECT_PLUGINS"
+    printf '%s\n' "$want" >"$CONNECT_MARKER"
+}
+
+connect_pid() {
+    local pid
+    [[ -s $CONNECT_PID_FILE ]] || return 1
+    pid=$(<"$CONNECT_PID_FILE")
+    [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q ' org\.apache\.kafka\.connect\.cli\.ConnectStandalone ' || return 1
+    printf '%s\n' "$pid"
+}
+
+connect_running() { connect_pid >/dev/null; }
+
+connect_url() { printf 'http://%s:%s' "$CONNECT_HOST" "$CONNECT_PORT"; }
+
+# Standalone: connectors are added and deleted at run time through the REST API (POST/DELETE
+# /connectors), offsets in a local file; no internal topics on the shared broker.
+connect_config_text() {
+    printf '%s\n' \
+        '# Written by kafka-pg-sink scripts/dev-services.sh: the dev/test Kafka Connect worker.' \
+        "bootstrap.servers=$KAFKA_HOST:$KAFKA_PORT" \
+        "listeners=http://$CONNECT_HOST:$CONNECT_PORT" \
+        "plugin.path=$CONNECT_PLUGINS" \
+        'plugin.discovery=service_load' \
+        'key.converter=org.apache.kafka.connect.json.JsonConverter' \
+        'value.converter=org.apache.kafka.connect.json.JsonConverter' \
+        "offset.storage.file.filename=$CONNECT_RUN/offsets" \
+        'offset.flush.interval.ms=1000' \
+        'task.shutdown.graceful.timeout.ms=5000'
+}
+
+connect_launch() {
+    default_only
+    connect_build
+    local config
+    config=$(connect_config_text)
+    if connect_running; then
+        if [[ -f $CONNECT_PROPS && $(<"$CONNECT_PROPS") == "$config" ]]; then
+            log "connect already running (pid $(connect_pid))"
+            return 0
+        fi
+        log "connect is running with an outdated config; restarting it"
+        connect_stop
+    fi
+    port_open "$CONNECT_PORT" &&
+        die "port $CONNECT_PORT is in use by another process (set KPS_CONNECT_PORT): $(ss -ltnpH "sport = :$CONNECT_PORT" 2>/dev/null || true)"
+    mkdir -p "$CONNECT_RUN"
+    printf '%s\n' "$config" >"$CONNECT_PROPS"
+    rm -f "$CONNECT_PID_FILE"
+    if [[ -f $CONNECT_LOG ]]; then mv -f "$CONNECT_LOG" "$CONNECT_LOG.1"; fi
+    log "starting Kafka Connect $KAFKA_VERSION (standalone, Debezium $DEBEZIUM_VERSION), heap $CONNECT_HEAP, REST $(connect_url) (log: $CONNECT_LOG)"
+    # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
+    setsid nohup bash -c 'echo "$$" >"$1"; shift; exec "$@"' _ "$CONNECT_PID_FILE" \
+        java "-Xmx$CONNECT_HEAP" -XX:+UseSerialGC \
+        -cp "$CONNECT_LIBS/*" \
+        -Dlog4j2.configurationFile="$CONNECT_SRC_DIR_WORKER/log4j2.properties" \
+        org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_PROPS" \
+        </dev/null >"$CONNECT_LOG" 2>&1 &
+    local _
+    for _ in $(seq 50); do
+        [[ -s $CONNECT_PID_FILE ]] && break
+        sleep 0.1
+    done
+    [[ -s $CONNECT_PID_FILE ]] || die "Kafka Connect did not write its pid file $CONNECT_PID_FILE"
+}
+
+# Ready = the REST API lists the Debezium PostgreSQL connector among its plugins.
+connect_wait_ready() {
+    local deadline=$((SECONDS + CONNECT_START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if ! connect_running; then
+            tail -n 40 "$CONNECT_LOG" >&2 || true
+            die "Kafka Connect exited during startup"
+        fi
+        if curl -sf "$(connect_url)/connector-plugins" 2>/dev/null |
+            grep -q 'io.debezium.connector.postgresql.PostgresConnector'; then
+            log "connect ready at $(connect_url) (pid $(connect_pid))"
+            return 0
+        fi
+        sleep 0.5
+    done
+    tail -n 40 "$CONNECT_LOG" >&2 || true
+    die "Kafka Connect is not ready after ${CONNECT_START_TIMEOUT} s"
+}
+
+# The whole connect service: its source cluster, then the worker (which needs the broker).
+connect_start() {
+    default_only
+    cdc_pg_start
+    kafka_running || die "connect needs the broker: run scripts/dev-services.sh up"
+    connect_launch
+    connect_wait_ready
+}
+
+connect_stop() {
+    local pid
+    if ! pid=$(connect_pid); then
+        rm -f "$CONNECT_PID_FILE"
+        log "connect not running"
+        return 0
+    fi
+    log "stopping connect (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    while pid_alive "$pid" && ((SECONDS < deadline)); do sleep 0.3; done
+    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$CONNECT_PID_FILE"
+    log "connect stopped"
+}
+
+# `down connect` stops the worker and its source cluster.
+connect_down() {
+    is_default || return 0
+    connect_stop
+    cdc_pg_stop
+}
+
 # ---------------------------------------------------------------- commands
 
 # Prometheus and promtool (Debian's prometheus package) for the alerts:: tests and
@@ -1011,15 +1323,22 @@ cmd_up() {
     kafka) kafka_start ;;
     postgres) pg_start ;;
     registry) registry_start ;;
+    connect) connect_start ;;
     '')
         # Launch both JVMs first so they boot while PostgreSQL starts.
         kafka_launch
         registry_launch
         prometheus_install
         connect_json_build
+        # The connect service (default instance only): its jars and source cluster while
+        # the broker boots; the worker once the broker answers.
+        if is_default; then connect_build; fi
         pg_start
+        if is_default; then cdc_pg_start; fi
         kafka_wait_ready
+        if is_default; then connect_launch; fi
         registry_wait_ready
+        if is_default; then connect_wait_ready; fi
         ops_tools_install
         serializers_install
         ;;
@@ -1033,10 +1352,12 @@ cmd_build() {
     kafka) kafka_fetch_libs ;;
     registry) registry_build ;;
     connect-json) connect_json_build ;;
+    connect) connect_build ;;
     '')
         kafka_fetch_libs
         registry_build
         connect_json_build
+        connect_build
         ;;
     *) usage ;;
     esac
@@ -1047,7 +1368,9 @@ cmd_down() {
     kafka) kafka_stop ;;
     postgres) pg_stop ;;
     registry) registry_stop ;;
+    connect) connect_down ;;
     '')
+        connect_down
         registry_stop
         kafka_stop
         pg_stop
@@ -1067,6 +1390,13 @@ cmd_env() {
     printf 'export KPS_KAFKA_SASL_PASSWORD=%s\n' "$KAFKA_SASL_PASSWORD"
     printf 'export SCHEMA_REGISTRY_URL=%s\n' "$(registry_url)"
     printf 'export KPS_CONNECT_JSON_CP=%q\n' "$CONNECT_JSON_CLASSES:$CONNECT_JSON_LIBS/*"
+    if is_default; then
+        printf 'export KAFKA_CONNECT_URL=%s\n' "$(connect_url)"
+        printf 'export KPS_CDC_DATABASE_URL=postgres://%s:%s@%s:%s/postgres\n' \
+            "$PG_USER" "$PG_PASSWORD" "$PG_HOST" "$CDC_PG_PORT"
+        printf 'export KPS_CDC_ROLE=%s\n' "$CDC_ROLE"
+        printf 'export KPS_CDC_ROLE_PASSWORD=%s\n' "$CDC_ROLE_PASSWORD"
+    fi
     "$SCRIPT_DIR/serializers.sh" env
 }
 
@@ -1092,6 +1422,18 @@ cmd_status() {
     else
         echo "registry: stopped"
     fi
+    if is_default; then
+        if cdc_pg_running; then
+            echo "cdc postgres: running ($PG_VERSION/$CDC_PG_CLUSTER, $PG_HOST:$CDC_PG_PORT)"
+        else
+            echo "cdc postgres: stopped"
+        fi
+        if pid=$(connect_pid); then
+            echo "connect: running (pid $pid, $(connect_url), Kafka Connect $KAFKA_VERSION, Debezium $DEBEZIUM_VERSION)"
+        else
+            echo "connect: stopped"
+        fi
+    fi
 }
 
 # Named instances: a run dir, or a kps_* cluster (e.g. left by a failed destroy).
@@ -1101,10 +1443,10 @@ cmd_list() {
         for dir in "$CACHE_DIR"/run/*/; do
             dir=${dir%/}
             dir=${dir##*/}
-            [[ $dir != kafka && $dir != registry && $dir != '*' ]] && printf '%s\n' "$dir"
+            [[ $dir != kafka && $dir != registry && $dir != connect && $dir != '*' ]] && printf '%s\n' "$dir"
         done
         for dir in /etc/postgresql/"$PG_VERSION"/kps_*/; do
-            [[ -f $dir/postgresql.conf ]] || continue
+            [[ -f $dir/postgresql.conf && $dir != */"$CDC_PG_CLUSTER"/ ]] || continue
             dir=${dir%/}
             printf '%s\n' "${dir##*/kps_}"
         done
@@ -1122,6 +1464,7 @@ cmd_destroy() {
 }
 
 cmd_reset() {
+    connect_down
     registry_stop
     kafka_reset
     if is_default; then pg_stop; else pg_drop; fi
@@ -1131,12 +1474,12 @@ cmd_reset() {
 cmd_service() {
     local action=$1 service=${2:-}
     case $service in
-    kafka | postgres | registry) ;;
+    kafka | postgres | registry | connect) ;;
     *) usage ;;
     esac
     case $action in
     start) "${service/postgres/pg}_start" ;;
-    stop) "${service/postgres/pg}_stop" ;;
+    stop) if [[ $service == connect ]]; then connect_down; else "${service/postgres/pg}_stop"; fi ;;
     restart)
         cmd_service stop "$service"
         cmd_service start "$service"

@@ -8,6 +8,7 @@ mod bad_input;
 mod batching;
 mod bench_floor;
 mod boundaries;
+mod cdc;
 mod claims;
 mod cli;
 mod connect_json;

@@ -3,6 +3,7 @@
 pub mod confluent;
 pub mod connect_json;
 pub mod db;
+pub mod debezium;
 pub mod fetch_floor;
 pub mod http;
 pub mod in_step;
