@@ -46,5 +46,6 @@ mod security;
 mod serializers;
 mod supervision;
 mod types;
+mod unique_order;
 mod upsert;
 mod zombie;
