@@ -11,6 +11,9 @@ pub struct UniqueOrder {
     /// compared as bytes. An index the catalog could not list (`RowRules::opaque_unique`) is
     /// one more `None`.
     pub indexes: Vec<Option<Vec<usize>>>,
+    /// Per index: whether every column's default draws from a sequence (serial, identity),
+    /// so a record that leaves them out and inserts takes a value no other row holds.
+    pub fresh: Vec<bool>,
     /// The comparable indexes' columns (table positions), each once.
     pub columns: Vec<u16>,
     /// The staged upserts: ordinal, mask, key columns, `columns`, whether the key has a row,
@@ -38,10 +41,12 @@ impl UniqueOrder {
         key_set.sort_unstable();
         let mut columns: Vec<u16> = Vec::new();
         let mut indexes: Vec<Option<Vec<usize>>> = Vec::new();
+        let mut fresh: Vec<bool> = Vec::new();
         for names in &table.unique_keys {
             let Some(mut cols) = names.iter().map(position).collect::<Option<Vec<u16>>>() else {
                 // A column the sink never writes (generated): its values are not staged.
                 indexes.push(None);
+                fresh.push(false);
                 continue;
             };
             let mut sorted = cols.clone();
@@ -49,6 +54,12 @@ impl UniqueOrder {
             if sorted == key_set {
                 continue;
             }
+            fresh.push(cols.iter().all(|&c| {
+                table.columns[c as usize]
+                    .default_sql
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with("nextval("))
+            }));
             if !cols
                 .iter()
                 .all(|&c| bytes_are_equality(&table.columns[c as usize]))
@@ -70,6 +81,7 @@ impl UniqueOrder {
         }
         if table.rules.opaque_unique {
             indexes.push(None);
+            fresh.push(false);
         }
         if indexes.is_empty() {
             return None;
@@ -108,6 +120,7 @@ impl UniqueOrder {
         let read_deletes = deletes.map(|d| read(d, false));
         Some(Self {
             indexes,
+            fresh,
             columns,
             read_upserts,
             read_deletes,

@@ -410,7 +410,9 @@ async fn apply_range(
         }
     }
     if let Some(order) = &write.unique {
-        return super::unique_write::apply(conn, write, order, lo, hi).await;
+        let extra = super::unique_write::apply(conn, write, order, lo, hi).await?;
+        rounds.note_planned(extra);
+        return Ok(());
     }
     for staged in &write.copies {
         if let Some(data) = range_data(write, staged, lo, hi, None) {

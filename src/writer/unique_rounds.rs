@@ -48,6 +48,9 @@ pub(crate) enum Sets {
     /// The record left a column of the index out: an update keeps the stored value, an
     /// insert takes the column's default.
     Kept,
+    /// Left out, where the columns' defaults draw from a sequence (serial, identity): an
+    /// update keeps the stored value, an insert takes a value no other row holds.
+    Fresh,
     /// Something the planner cannot compare.
     Opaque,
 }
@@ -154,7 +157,8 @@ pub(crate) fn plan(
                     after.push(match sets.get(u).unwrap_or(&Sets::Opaque) {
                         Sets::Value(v) => Held::Value(v.clone()),
                         Sets::Null => Held::Free,
-                        Sets::Kept if key.exists => held.clone(),
+                        Sets::Kept | Sets::Fresh if key.exists => held.clone(),
+                        Sets::Fresh => Held::Free,
                         Sets::Kept | Sets::Opaque => Held::Unknown,
                     });
                 }
@@ -162,7 +166,9 @@ pub(crate) fn plan(
         }
         for (u, (held, new)) in key.held.iter().zip(&after).enumerate() {
             let kept = match &step.change {
-                Change::Upsert(sets) => key.exists && sets.get(u) == Some(&Sets::Kept),
+                Change::Upsert(sets) => {
+                    key.exists && matches!(sets.get(u), Some(Sets::Kept | Sets::Fresh))
+                }
                 Change::Delete => soft_delete || !key.exists,
             };
             events.push(match (held, new) {
@@ -324,6 +330,23 @@ mod tests {
     fn a_value_let_go_of_later_is_taken_after() {
         let steps = [up(2, 101), up(1, 5)];
         assert_eq!(plan(&steps, &stored(2), 1, false), [1, 2]);
+    }
+
+    /// New keys leaving a serial column out each take a value nobody holds: one round. Left
+    /// out under another default, the values could meet: a round each.
+    #[test]
+    fn inserts_leaving_a_sequence_column_out_share_a_round() {
+        let insert = |key: u8, sets: Sets| Step {
+            key: vec![key],
+            change: Change::Upsert(vec![sets]),
+        };
+        let fresh = [insert(1, Sets::Fresh), insert(2, Sets::Fresh)];
+        assert_eq!(plan(&fresh, &HashMap::new(), 1, false), [1, 1]);
+        let kept = [insert(1, Sets::Kept), insert(2, Sets::Kept)];
+        assert_eq!(plan(&kept, &HashMap::new(), 1, false), [1, 2]);
+        // An update that leaves it out keeps the stored value and meets nothing.
+        let updates = [insert(1, Sets::Fresh), up(2, 101)];
+        assert_eq!(plan(&updates, &stored(1), 1, false), [1, 1]);
     }
 
     /// Generated records over keys 0..5 and emails 0..4: upserts that carry the email, NULL or

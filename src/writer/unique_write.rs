@@ -14,14 +14,15 @@ use super::unique_rounds::{plan, Change, Sets, Step, Stored};
 use crate::batch::TableWrite;
 use crate::unique_order::UniqueOrder;
 
-/// Applies the rows of `write` in `lo..hi` in unique rounds.
+/// Applies the rows of `write` in `lo..hi` in unique rounds; the merges beyond the first
+/// they took.
 pub(super) async fn apply(
     conn: &mut PgConnection,
     write: &TableWrite,
     order: &UniqueOrder,
     lo: i64,
     hi: i64,
-) -> Result<(), sqlx::Error> {
+) -> Result<u32, sqlx::Error> {
     for staged in &write.copies {
         if let Some(data) = range_data(write, staged, lo, hi, None) {
             send_copy(conn, &staged.statement, data).await?;
@@ -45,7 +46,7 @@ pub(super) async fn apply(
     let rounds = plan(&steps, &stored, order.indexes.len(), order.soft_delete);
     let last = rounds.iter().copied().max().unwrap_or(1);
     if last <= 1 {
-        return run(conn, &write.statements).await;
+        return run(conn, &write.statements).await.map(|()| 0);
     }
     // Each round is staged on its own: the statements end by emptying the staging tables.
     if let Some(empty) = write.statements.last() {
@@ -71,7 +72,7 @@ pub(super) async fn apply(
             run(conn, &write.statements).await?;
         }
     }
-    Ok(())
+    Ok(last - 1)
 }
 
 /// One row of a read: its step, and what its key holds in the table.
@@ -133,14 +134,19 @@ fn read_row(
             order
                 .indexes
                 .iter()
-                .map(|index| {
+                .zip(&order.fresh)
+                .map(|(index, &fresh)| {
                     let Some(places) = index else {
                         return Sets::Opaque;
                     };
                     let carried: Vec<bool> =
                         places.iter().map(|&p| carried(order.columns[p])).collect();
                     if carried.iter().all(|&c| !c) {
-                        Sets::Kept
+                        if fresh {
+                            Sets::Fresh
+                        } else {
+                            Sets::Kept
+                        }
                     } else if carried.iter().any(|&c| !c) {
                         // Part carried, part kept: the planner cannot tell the value.
                         Sets::Opaque
