@@ -36,6 +36,8 @@ impl UniqueOrder {
         deletes: Option<&str>,
         soft_delete: bool,
     ) -> Option<Self> {
+        // Upsert keys are never empty; without one there is nothing to order by.
+        let first_key = *keys.first()?;
         let position = |name: &String| table.column(name).map(|(i, _)| i as u16);
         let mut key_set: Vec<u16> = keys.to_vec();
         key_set.sort_unstable();
@@ -108,7 +110,8 @@ impl UniqueOrder {
             if upsert {
                 fields.extend(of("s", &columns));
             }
-            fields.push("t.ctid IS NOT NULL".into());
+            // The join matched (`t.k = s.k` holds only for a key that is not NULL).
+            fields.push(format!("t.{} IS NOT NULL", name(first_key)));
             fields.extend(of("t", &columns));
             format!(
                 "SELECT {} FROM {from} s LEFT JOIN {} t ON {key_match}",
@@ -140,5 +143,83 @@ fn bytes_are_equality(column: &crate::schema::Column) -> bool {
         Int2 | Int4 | Int8 | Bool | Timestamptz | Timestamp | Date | Uuid | Bytea | Time
         | Macaddr | Macaddr8 => true,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Column, RowRules};
+
+    /// `id` (serial, the key), `email` text, `code` citext, `amount` numeric, `seq` serial,
+    /// with the unique indexes given.
+    fn table(unique: &[&[&str]], rules: RowRules) -> Table {
+        let column = |name: &str, ty, sql_type: &str, default: Option<&str>| Column {
+            name: name.into(),
+            ty,
+            sql_type: sql_type.into(),
+            not_null: false,
+            has_default: default.is_some(),
+            default_sql: default.map(Into::into),
+        };
+        let serial = Some("nextval('t_seq'::regclass)");
+        Table {
+            oid: 1,
+            schema: "public".into(),
+            name: "t".into(),
+            columns: vec![
+                column("id", ColumnType::Int8, "bigint", serial),
+                column("email", ColumnType::Text, "text", None),
+                column("code", ColumnType::Text, "citext", None),
+                column("amount", ColumnType::Numeric, "numeric", None),
+                column("seq", ColumnType::Int8, "bigint", serial),
+            ],
+            skipped: vec![],
+            primary_key: vec!["id".into()],
+            unique_keys: unique
+                .iter()
+                .map(|cols| cols.iter().map(|c| c.to_string()).collect())
+                .collect(),
+            rules,
+        }
+    }
+
+    fn of(table: &Table, keys: &[u16]) -> Option<UniqueOrder> {
+        UniqueOrder::of(table, keys, "ups", Some("del"), false)
+    }
+
+    /// The key's own index orders nothing: a table with no other is written as before.
+    #[test]
+    fn a_table_whose_only_unique_index_is_the_key_has_no_order() {
+        assert!(of(&table(&[&["id"]], RowRules::default()), &[0]).is_none());
+    }
+
+    /// Indexes whose values compare as bytes are read by their columns; numeric and citext
+    /// ones (equal values, different bytes) and those the catalog could not list are opaque;
+    /// a serial index is fresh. Upserting by `email`, the primary key is an index too.
+    #[test]
+    fn indexes_are_read_compared_or_opaque() {
+        let rules = RowRules {
+            opaque_unique: true,
+            ..RowRules::default()
+        };
+        let unique: &[&[&str]] = &[&["id"], &["email", "seq"], &["code"], &["amount"]];
+        let order = of(&table(unique, rules), &[0]).expect("an order");
+        assert_eq!(order.indexes, [Some(vec![0, 1]), None, None, None]);
+        assert_eq!(order.columns, [1, 4]);
+        assert_eq!(order.fresh, [false, false, false, false]);
+        assert_eq!(
+            order.read_upserts,
+            r#"SELECT s."__kps_ord", s."__kps_mask", s."id", s."email", s."seq", t."id" IS NOT NULL, t."email", t."seq" FROM ups s LEFT JOIN "public"."t" t ON t."id" = s."id""#
+        );
+        assert_eq!(
+            order.read_deletes.as_deref(),
+            Some(
+                r#"SELECT s."__kps_ord", s."id", t."id" IS NOT NULL, t."email", t."seq" FROM del s LEFT JOIN "public"."t" t ON t."id" = s."id""#
+            )
+        );
+        let by_email = of(&table(unique, RowRules::default()), &[1]).expect("an order");
+        assert_eq!(by_email.indexes[0], Some(vec![0]), "the primary key");
+        assert!(by_email.fresh[0], "a serial key");
     }
 }
