@@ -21,6 +21,11 @@ pub struct UniqueOrder {
     pub read_upserts: String,
     /// The staged deletes: ordinal, key columns, whether the key has a row, its `columns`.
     pub read_deletes: Option<String>,
+    /// Whether any staged upsert could meet another row in an index: one takes a value a
+    /// different key holds in the table now, or leaves out a column of an index whose default
+    /// is not a sequence. `None` where an index is opaque. Where it says no and the keys are
+    /// distinct, one merge in any order is one-by-one apply, and nothing more is read.
+    pub hazard: Option<String>,
     /// How many key columns the reads return.
     pub keys: usize,
     pub soft_delete: bool,
@@ -119,6 +124,41 @@ impl UniqueOrder {
                 table.qualified()
             )
         };
+        let hazard = indexes.iter().all(Option::is_some).then(|| {
+            let keys_of = |alias: &str| format!("ROW({})", of(alias, keys).join(", "));
+            let mut checks: Vec<String> = indexes
+                .iter()
+                .flatten()
+                .map(|places| {
+                    let on = places
+                        .iter()
+                        .map(|&p| format!("t.{0} = s.{0}", name(columns[p])))
+                        .collect::<Vec<_>>()
+                        .join(" AND ");
+                    format!(
+                        "EXISTS (SELECT 1 FROM {upserts} s JOIN {} t ON {on} WHERE {} IS DISTINCT FROM {})",
+                        table.qualified(),
+                        keys_of("t"),
+                        keys_of("s")
+                    )
+                })
+                .collect();
+            let mask = quote_ident(MASK);
+            let left_out: Vec<String> = indexes
+                .iter()
+                .zip(&fresh)
+                .filter(|(_, &fresh)| !fresh)
+                .flat_map(|(index, _)| index.iter().flatten())
+                .map(|&p| format!("get_bit(s.{mask}, {}) = 0", columns[p]))
+                .collect();
+            if !left_out.is_empty() {
+                checks.push(format!(
+                    "EXISTS (SELECT 1 FROM {upserts} s WHERE {})",
+                    left_out.join(" OR ")
+                ));
+            }
+            format!("SELECT {}", checks.join(" OR "))
+        });
         let read_upserts = read(upserts, true);
         let read_deletes = deletes.map(|d| read(d, false));
         Some(Self {
@@ -127,6 +167,7 @@ impl UniqueOrder {
             columns,
             read_upserts,
             read_deletes,
+            hazard,
             keys: keys.len(),
             soft_delete,
         })
@@ -216,6 +257,17 @@ mod tests {
             order.read_deletes.as_deref(),
             Some(
                 r#"SELECT s."__kps_ord", s."id", t."id" IS NOT NULL, t."email", t."seq" FROM del s LEFT JOIN "public"."t" t ON t."id" = s."id""#
+            )
+        );
+        assert_eq!(order.hazard, None, "an opaque index: always read");
+        let plain = of(
+            &table(&[&["id"], &["email", "seq"]], RowRules::default()),
+            &[0],
+        );
+        assert_eq!(
+            plain.expect("an order").hazard.as_deref(),
+            Some(
+                r#"SELECT EXISTS (SELECT 1 FROM ups s JOIN "public"."t" t ON t."email" = s."email" AND t."seq" = s."seq" WHERE ROW(t."id") IS DISTINCT FROM ROW(s."id")) OR EXISTS (SELECT 1 FROM ups s WHERE get_bit(s."__kps_mask", 1) = 0 OR get_bit(s."__kps_mask", 4) = 0)"#
             )
         );
         let by_email = of(&table(unique, RowRules::default()), &[1]).expect("an order");

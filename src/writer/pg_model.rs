@@ -18,7 +18,9 @@
 //! - A statement that fails leaves nothing: the writer's savepoint takes the whole range
 //!   back, which the model does by keeping the state it started from.
 //!
-//! And from the writer (`transaction::apply_rows`): a range that fails is split in two halves
+//! From the writer (`unique_write`): a range whose keys are distinct and whose upserts take
+//! no value a different key holds (and leave no index column out) is one merge, unplanned;
+//! others are planned. And from `transaction::apply_rows`: a range that fails is split in two halves
 //! by ordinal, applied in order, down to one record, which is then refused (a dead letter, or
 //! under `fail` the record the partition stops at); each range is planned afresh from the
 //! table as it is then (the writer reads the stored values per range).
@@ -159,7 +161,11 @@ fn planner_input(
 /// order `order` gives them (a sort key per key); `Err` when a statement fails.
 fn apply_planned(table: &Table, records: &[Record], mode: Mode, order: u64) -> Result<Table, ()> {
     let (steps, stored) = planner_input(table, records, mode);
-    let rounds = plan(&steps, &stored, 1, mode.soft_delete);
+    let rounds = if quick(table, records, mode) {
+        vec![1; records.len()]
+    } else {
+        plan(&steps, &stored, 1, mode.soft_delete)
+    };
     let mut table = table.clone();
     let last = rounds.iter().copied().max().unwrap_or(0);
     for round in 1..=last {
@@ -197,6 +203,27 @@ fn apply_planned(table: &Table, records: &[Record], mode: Mode, order: u64) -> R
         }
     }
     Ok(table)
+}
+
+/// The writer's check before it reads (`UniqueOrder::hazard`): keys distinct, no index
+/// opaque, no upsert leaving the email out, none taking an email a different key holds now.
+/// Then the range is one merge without planning.
+fn quick(table: &Table, records: &[Record], mode: Mode) -> bool {
+    let mut keys: Vec<u8> = records.iter().map(Record::key).collect();
+    keys.sort_unstable();
+    let distinct = keys.windows(2).all(|w| w[0] != w[1]);
+    let hazard = records.iter().any(|r| match r {
+        Record::Upsert { email: None, .. } => true,
+        Record::Upsert {
+            key,
+            email: Some(Some(e)),
+            ..
+        } => table
+            .iter()
+            .any(|(k, row)| k != key && row.email == Some(*e)),
+        _ => false,
+    });
+    distinct && !mode.opaque && !hazard
 }
 
 /// A key's place in a merge's own order.

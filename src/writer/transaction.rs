@@ -410,7 +410,8 @@ async fn apply_range(
         }
     }
     if let Some(order) = &write.unique {
-        let extra = super::unique_write::apply(conn, write, order, lo, hi).await?;
+        let distinct = rounds.count() == 1;
+        let extra = super::unique_write::apply(conn, write, order, distinct, lo, hi).await?;
         rounds.note_planned(extra);
         return Ok(());
     }

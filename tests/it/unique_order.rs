@@ -12,6 +12,7 @@ use sqlx::Executor;
 use crate::cdc::wait_copy_equals_source;
 use crate::helpers::db::TestDb;
 use crate::helpers::debezium::{CdcOptions, CdcSource};
+use crate::helpers::http::{get, metric, parse_metrics};
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::sink::{Sink, SinkConfig};
 
@@ -188,6 +189,20 @@ async fn swaps_key_changes_and_reinserts_in_one_batch_equal_one_by_one_apply() {
     assert_eq!(
         db.stored_offsets(&config.group, &topic.name).await,
         vec![(0, Some(source.records.len() as i64))]
+    );
+    // The 400 records went in a few rounds (each pair's snapshot, swap steps, key change or
+    // re-insert and tombstone), not one record per round.
+    let address = sink.http_address();
+    let series = "kafka_pg_sink_upsert_rounds_total{table=\"public.person\"}";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut rounds = 0.0;
+    while rounds == 0.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rounds = metric(&parse_metrics(&get(&address, "/metrics").1), series);
+    }
+    assert!(
+        (2.0..=10.0).contains(&rounds),
+        "{rounds} merges beyond the first"
     );
     assert!(sink.stop().success(), "{}", sink.logs_tail(30));
 }
