@@ -61,7 +61,7 @@ import re, sys, yaml, pathlib
 
 rendered, values_path, *keda = sys.argv[1:]
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
-deployment = next(d for d in docs if d["kind"] == "Deployment")["metadata"]["name"]
+deployment = next(d for d in docs if d["kind"] == "StatefulSet")["metadata"]["name"]
 values = yaml.safe_load(open(values_path))
 partitions = values["partitions"]
 group = re.search(r'group_id\s*=\s*"([^"]+)"', values["config"]).group(1)
@@ -73,8 +73,8 @@ for path in keda:
             continue
         spec = doc["spec"]
         where = f"{path}: "
-        if spec["scaleTargetRef"]["name"] != deployment:
-            problems.append(where + f"scaleTargetRef {spec['scaleTargetRef']['name']} is not the chart's Deployment {deployment}")
+        if spec["scaleTargetRef"]["name"] != deployment or spec["scaleTargetRef"].get("kind") != "StatefulSet":
+            problems.append(where + f"scaleTargetRef {spec['scaleTargetRef']} is not the chart's StatefulSet {deployment}")
         if spec["maxReplicaCount"] > partitions:
             problems.append(where + f"maxReplicaCount {spec['maxReplicaCount']} exceeds the {partitions} partitions")
         for trigger in spec["triggers"]:

@@ -54,6 +54,9 @@ pub struct TableWrite {
     /// Where the table has unique indexes besides the key: how the writer orders the rows by
     /// them (`writer::unique_rounds`), so the batch ends as one-by-one apply would.
     pub unique: Option<UniqueOrder>,
+    /// The ordinals of rows that kept columns Debezium sent as unavailable, for the count of
+    /// those committed.
+    pub placeholders: Vec<i64>,
 }
 
 /// An upsert write's staged rows as a COPY into the table itself: the columns its records
@@ -333,7 +336,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         // Nothing staged: only a truncate, if anything.
         return unstaged(&table, topic, before, copies, dead_letters);
     }
-    let plain = plain_copy(&table, &rows.presence, &copies);
+    let placeholded = !rows.placeholders.is_empty();
+    // Rows keeping unavailable columns need a stored row, which a COPY into the table would
+    // not check, and the check holds one row per key (rounds, not the probe's one merge).
+    let plain = (!placeholded)
+        .then(|| plain_copy(&table, &rows.presence, &copies))
+        .flatten();
     let merge = Merge {
         table: &table,
         keys: &keys,
@@ -344,7 +352,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         soft_delete: rows.soft_delete,
         first_wins: rows.first_wins,
     };
-    let probe = merge.probe();
+    let probe = merge.probe().filter(|_| !placeholded);
     let unique = if rows.first_wins {
         None
     } else {
@@ -356,7 +364,12 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
             rows.soft_delete.is_some(),
         )
     };
-    let mut statements = merge.statements();
+    let mut statements = Vec::new();
+    if placeholded {
+        statements.push(merge.toast_check(&rows.placeholders.columns));
+        statements.extend(merge.toast_updates());
+    }
+    statements.extend(merge.statements());
     // Another topic may stage rows for the same table in this transaction.
     statements.push(format!("TRUNCATE {}, {}", staging.upserts, staging.deletes));
     Some(TableWrite {
@@ -377,6 +390,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         keys_at,
         probe,
         unique,
+        placeholders: rows.placeholders.ordinals,
     })
 }
 
@@ -429,6 +443,7 @@ fn unstaged(
         keys_at: Vec::new(),
         probe: None,
         unique: None,
+        placeholders: Vec::new(),
     })
 }
 
@@ -774,6 +789,69 @@ mod tests {
         // Only keys with several rows are folded; a key's single row is merged as it is.
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n > 1"));
         assert!(varied.writes[0].statements[0].contains("WHERE g.__kps_n = 1"));
+    }
+
+    /// Debezium records holding the unavailable-value placeholder keep the stored value, so
+    /// their write never goes in by a plain COPY (which would insert a row without it) nor by
+    /// the probe's one merge: the check that a row exists, and the updates of those rows,
+    /// come first, in each round; the write knows which rows they were, for the count.
+    #[test]
+    fn placeholder_rows_are_checked_and_updated_before_the_merge() {
+        let t: Arc<str> = "t".into();
+        let m = mapper("t", "t", 5, "format = \"debezium\"");
+        let mut open = OpenBatch::default();
+        let event = |id: i64, note: &str| {
+            format!(r#"{{"op":"u","before":null,"after":{{"id":{id},"note":"{note}"}}}}"#)
+        };
+        add(&mut open, 0, &m, &t, 0, &event(1, "x")).unwrap();
+        add(&mut open, 0, &m, &t, 1, &event(2, "x")).unwrap();
+        let plain = open.seal(1, vec![advance("t", 2)]);
+        assert!(plain.writes[0].plain.is_some() && plain.writes[0].placeholders.is_empty());
+
+        add(
+            &mut open,
+            0,
+            &m,
+            &t,
+            2,
+            &event(1, "__debezium_unavailable_value"),
+        )
+        .unwrap();
+        add(&mut open, 0, &m, &t, 3, &event(2, "y")).unwrap();
+        let kept = open.seal(2, vec![advance("t", 4)]);
+        let write = &kept.writes[0];
+        assert!(write.plain.is_none() && write.probe.is_none());
+        assert_eq!(write.placeholders, [0]);
+        let statements = &write.statements;
+        assert!(
+            statements[0].starts_with("DO $kps_toast$"),
+            "{}",
+            statements[0]
+        );
+        assert!(
+            statements[0].contains("ERRCODE = '22K01'"),
+            "{}",
+            statements[0]
+        );
+        // `note` is column 1: its unavailable bit follows the one byte of presence bits.
+        assert!(
+            statements[0].contains("get_bit(u.\"__kps_mask\", 9) = 1 THEN 'note'"),
+            "{}",
+            statements[0]
+        );
+        assert!(statements[1].starts_with("UPDATE \"public\".\"t\" t SET \"note\" = CASE WHEN get_bit(u.\"__kps_mask\", 1) = 1"), "{}", statements[1]);
+        assert!(
+            statements[2].starts_with("DELETE FROM pg_temp."),
+            "{}",
+            statements[2]
+        );
+        assert!(
+            statements[2].ends_with("length(u.\"__kps_mask\") > 1"),
+            "{}",
+            statements[2]
+        );
+        // Then the merge, column by column (the rows carried different columns).
+        assert!(statements[3].contains("INSERT INTO"), "{}", statements[3]);
     }
 
     /// Uniform upserts may go in by a COPY of the columns their records carried (a key-only

@@ -28,6 +28,9 @@ pub enum ErrorKind {
     Schema,
     /// Routing by record: it names no table, or one outside the topic's allow-list.
     Routing,
+    /// A Debezium update held the unavailable-value placeholder (an unchanged TOASTed
+    /// column) for a key the table has no row for: no stored value to keep.
+    ToastUnavailable,
 }
 
 impl ErrorKind {
@@ -41,6 +44,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => "too_large",
             ErrorKind::Schema => "schema",
             ErrorKind::Routing => "routing",
+            ErrorKind::ToastUnavailable => "toast_unavailable",
         }
     }
 

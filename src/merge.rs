@@ -16,6 +16,10 @@ pub(crate) const ORDINAL: &str = "__kps_ord";
 /// The presence mask column of upsert staging: bit `i` set when the record carried column `i`.
 pub(crate) const MASK: &str = "__kps_mask";
 
+/// The SQLSTATE (class 22, a row's data) of a staged row whose placeholder has no stored value
+/// to keep (`Merge::toast_check`); the writer makes it a `toast_unavailable` dead letter.
+pub(crate) const TOAST_UNAVAILABLE: &str = "22K01";
+
 /// One table's upsert merge, as its parts need it.
 pub(crate) struct Merge<'a> {
     pub(crate) table: &'a Table,
@@ -322,6 +326,80 @@ impl Merge<'_> {
             a_d = self.key_match(alias, "d"),
             ord = quote_ident(ORDINAL),
         ))
+    }
+
+    /// Debezium's unavailable-value placeholder keeps a stored value, so a staged row that held
+    /// it (its mask longer than the presence bits, the unavailable columns' bits after them)
+    /// needs a row of its key in the table. Run before the merge, in a round where each key
+    /// has one row (`Placeholded` rows take no probe), so "no row" means no row when the
+    /// record applies: such a row stops the statement with [`TOAST_UNAVAILABLE`], a row error
+    /// the writer searches out and dead-letters (or stops at) like any refused row, naming
+    /// the columns. `columns`: the ones any row held it in.
+    pub(crate) fn toast_check(&self, columns: &[u16]) -> String {
+        let mask = quote_ident(MASK);
+        let presence_bits = self.table.columns.len().div_ceil(8) * 8;
+        let names: Vec<String> = columns
+            .iter()
+            .map(|&c| {
+                let literal = self.table.columns[c as usize].name.replace('\'', "''");
+                format!(
+                    "CASE WHEN get_bit(u.{mask}, {}) = 1 THEN '{literal}' END",
+                    presence_bits + c as usize
+                )
+            })
+            .collect();
+        format!(
+            "DO $kps_toast$ DECLARE held text; BEGIN \
+             SELECT concat_ws(', ', {names}) INTO held FROM {ups} u \
+             WHERE length(u.{mask}) > {bytes} \
+             AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {t_u}) LIMIT 1; \
+             IF FOUND THEN RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = \
+             'Debezium''s unavailable-value placeholder (an unchanged TOASTed value) in ' || held || \
+             ', but the table has no row for the key: there is no stored value to keep'; \
+             END IF; END $kps_toast$",
+            names = names.join(", "),
+            ups = self.upserts,
+            bytes = presence_bits / 8,
+            target = self.table.qualified(),
+            t_u = self.key_match("t", "u"),
+            code = TOAST_UNAVAILABLE,
+        )
+    }
+
+    /// The staged rows that held the placeholder, applied as updates of their (checked)
+    /// stored rows and then taken out of staging: as inserts they would propose a row without
+    /// the unavailable columns, which PostgreSQL refuses for a `NOT NULL` one before it looks
+    /// for the conflict. Each sets the columns it carried and keeps the others. One row per
+    /// key in a round, so each stored row is updated by at most one.
+    pub(crate) fn toast_updates(&self) -> [String; 2] {
+        let mask = quote_ident(MASK);
+        let bytes = self.table.columns.len().div_ceil(8);
+        let sets: Vec<String> = (0..self.table.columns.len() as u16)
+            .filter(|c| !self.keys.contains(c))
+            .map(|c| {
+                format!(
+                    "{0} = CASE WHEN get_bit(u.{mask}, {c}) = 1 THEN u.{0} ELSE t.{0} END",
+                    self.name(c)
+                )
+            })
+            .collect();
+        let placeholded = format!("length(u.{mask}) > {bytes}");
+        let update = if sets.is_empty() {
+            // Only key columns: nothing to update.
+            "SELECT 1".to_string()
+        } else {
+            format!(
+                "UPDATE {target} t SET {sets} FROM {ups} u WHERE {placeholded} AND {t_u}",
+                target = self.table.qualified(),
+                sets = sets.join(", "),
+                ups = self.upserts,
+                t_u = self.key_match("t", "u"),
+            )
+        };
+        [
+            update,
+            format!("DELETE FROM {} u WHERE {placeholded}", self.upserts),
+        ]
     }
 
     fn key_names(&self) -> Vec<String> {

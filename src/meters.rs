@@ -24,6 +24,9 @@ pub const BATCH_FAILURES: &str = "kafka_pg_sink_batch_failures_total";
 pub const FENCED: &str = "kafka_pg_sink_fenced_commits_total";
 /// Records kept in `kafka_dead_letters`; any increase means data to look at.
 pub const DEAD_LETTERS: &str = "kafka_pg_sink_dead_letters_total";
+/// Debezium's unavailable-value placeholders (unchanged TOASTed columns), by table and outcome:
+/// rows that kept the stored values, and rows that had none to keep (dead letters).
+pub const TOAST_PLACEHOLDERS: &str = "kafka_pg_sink_toast_placeholders_total";
 /// Assignments and revocations handled; a steady rate points at an unstable group.
 pub const REBALANCES: &str = "kafka_pg_sink_rebalances_total";
 /// BEGIN to COMMIT: what PostgreSQL costs per batch.
@@ -94,6 +97,10 @@ fn describe() {
         "Batch commits refused because another owner's epoch holds a partition (retries are not counted)"
     );
     describe_counter!(DEAD_LETTERS, "Records written to kafka_dead_letters");
+    describe_counter!(
+        TOAST_PLACEHOLDERS,
+        "Debezium records with unavailable (unchanged TOASTed) columns: kept stored values, or dead-lettered for want of a row"
+    );
     describe_counter!(REBALANCES, "Partition assignments and revocations handled");
     describe_histogram!(
         TRANSACTION_SECONDS,

@@ -246,6 +246,16 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         })
         .context("starting the consumer thread")?;
     let result = done_rx.await.context("the consumer thread panicked")?;
+    if let Some(id) = &kafka_settings.group_instance_id {
+        // librdkafka sends no LeaveGroup for a static member: the log line above is about
+        // this process, not the group's view of it.
+        tracing::info!(
+            group_instance_id = %id,
+            session_timeout = ?kafka_settings.session_timeout,
+            "static member: the group keeps this process's partitions for the session timeout; \
+             a process started under the same id takes them back at once"
+        );
+    }
     // The pipeline (and with it every lane's queue) is gone with the consumer: the writers
     // finish what they hold and end; wait for them so nothing runs past the summary.
     for task in writer_tasks {

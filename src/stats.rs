@@ -84,6 +84,12 @@ impl Stats {
         for table in &r.copied {
             metrics::counter!(meters::UPSERTS_COPIED, "table" => table.clone()).increment(1);
         }
+        for (table, kept, lettered) in &r.placeholders {
+            for (outcome, n) in [("kept", kept), ("dead_lettered", lettered)] {
+                metrics::counter!(meters::TOAST_PLACEHOLDERS, "outcome" => outcome, "table" => table.clone())
+                    .increment(*n);
+            }
+        }
         for (table, extra) in &r.rounds {
             metrics::counter!(meters::UPSERT_ROUNDS, "table" => table.clone())
                 .increment(u64::from(*extra));

@@ -430,6 +430,13 @@ async fn check_mapping(
             let mut value_types = None;
             if mapper.table().oid == crate::ddl::MISSING_OID {
                 let _ = writeln!(out, "  table does not exist yet: auto_create creates it from the first record's schema");
+                match crate::ddl::key_source(topic) {
+                    Ok(Some(source)) => {
+                        let _ = writeln!(out, "  its primary key: {source}");
+                    }
+                    Ok(None) => {}
+                    Err(e) => problems.push(format!("topic {name:?}: {e}")),
+                }
             } else if let Some(registry) = registry {
                 value_types =
                     check_schemas(settings, topic, name, &mut mapper, registry, out, problems)

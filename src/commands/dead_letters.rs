@@ -363,7 +363,12 @@ async fn apply_replayed(
                 sqlx::query("ROLLBACK TO SAVEPOINT kps_replay")
                     .execute(&mut **tx)
                     .await?;
-                Some(("rejected", e.to_string()))
+                let kind = if writer::is_toast_unavailable(&e) {
+                    crate::dead_letter::ErrorKind::ToastUnavailable
+                } else {
+                    crate::dead_letter::ErrorKind::Rejected
+                };
+                Some((kind.as_str(), e.to_string()))
             }
         },
     )

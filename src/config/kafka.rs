@@ -18,6 +18,11 @@ pub struct KafkaSettings {
     pub group_id: String,
     #[serde(default)]
     pub group_protocol: GroupProtocol,
+    /// Static membership (KIP-345): a process restarted under the same id gets its partitions
+    /// back at once instead of after the dead process's session timeout. Unique per process
+    /// and stable across its restarts (a StatefulSet's pod name); `auto` then picks `classic`.
+    #[serde(default)]
+    pub group_instance_id: Option<String>,
     /// Where a partition with no stored offset starts.
     #[serde(default)]
     pub auto_offset_reset: ResetPolicy,
@@ -81,6 +86,7 @@ impl std::fmt::Debug for KafkaSettings {
             .field("bootstrap_servers", &self.bootstrap_servers)
             .field("group_id", &self.group_id)
             .field("group_protocol", &self.group_protocol)
+            .field("group_instance_id", &self.group_instance_id)
             .field("auto_offset_reset", &self.auto_offset_reset)
             .field("offset_out_of_range", &self.offset_out_of_range)
             .field("session_timeout", &self.session_timeout)
@@ -91,6 +97,34 @@ impl std::fmt::Debug for KafkaSettings {
             .field("memory_budget", &self.memory_budget)
             .finish()
     }
+}
+
+/// Kafka's own rule for an instance id (`JoinGroupRequest.validateGroupInstanceId`): refused
+/// here, at load, rather than by the broker after the process has started. With the `consumer`
+/// protocol librdkafka refuses a process restarted after a `kill -9` under the same id
+/// (`UnreleasedInstanceId`, measured with librdkafka 2.12 and Kafka 4.1: it was given no
+/// partition at all), so static membership is classic's.
+pub(super) fn check_group_instance_id(id: &str, protocol: GroupProtocol) -> Result<(), String> {
+    if id.is_empty() || id.len() > 249 {
+        return Err("must be 1 to 249 characters".into());
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "{c:?} is not allowed: Kafka takes ASCII letters, digits, '.', '_' and '-'"
+        ));
+    }
+    if protocol == GroupProtocol::Consumer {
+        return Err(
+            "static membership needs group_protocol \"classic\" (or \"auto\", which \
+                    then picks it): with \"consumer\", librdkafka refuses a process restarted \
+                    after a crash under the same id"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The Kafka group protocol: `classic` (cooperative-sticky), KIP-848 `consumer`, or `auto`
@@ -175,6 +209,38 @@ mod tests {
             err.contains("memory_budget") && err.contains("96.0 MiB"),
             "{err}"
         );
+    }
+
+    /// README's `[kafka]` table: an instance id Kafka would refuse, or one with the `consumer`
+    /// protocol, is refused at load, naming the setting; a good one with `auto` or `classic`
+    /// loads.
+    #[test]
+    fn a_group_instance_id_is_checked_at_load() {
+        let set = |extra: &str| {
+            let toml = MINIMAL.replace("[kafka]\n", &format!("[kafka]\n{extra}\n"));
+            Settings::load(Some(write(&toml).path()), &Overrides::default())
+        };
+        let ok = set("group_instance_id = \"sink-0.eu_1\"").unwrap();
+        assert_eq!(ok.kafka.group_instance_id.as_deref(), Some("sink-0.eu_1"));
+        set("group_instance_id = \"sink-0\"\ngroup_protocol = \"classic\"").unwrap();
+        assert_eq!(set("").unwrap().kafka.group_instance_id, None);
+        for (extra, says) in [
+            ("group_instance_id = \"\"", "1 to 249"),
+            ("group_instance_id = \"pod 0\"", "' ' is not allowed"),
+            ("group_instance_id = \"pod/0\"", "'/' is not allowed"),
+            (
+                "group_instance_id = \"sink-0\"\ngroup_protocol = \"consumer\"",
+                "needs group_protocol \"classic\"",
+            ),
+        ] {
+            let err = set(extra).expect_err(extra).to_string();
+            assert!(
+                err.contains("kafka.group_instance_id") && err.contains(says),
+                "{extra}: {err}"
+            );
+        }
+        let long = format!("group_instance_id = \"{}\"", "a".repeat(250));
+        assert!(set(&long).is_err());
     }
 
     /// Every name README lists as secret-looking is hidden in `Debug`; other values show.

@@ -39,7 +39,7 @@ pub use secrets::{is_secret_key, redact_url};
 pub use topic::{
     AutoEvolve, ByteaEncoding, ColumnSpec, DeleteMode, Encoding, KeyFrom, MetadataColumns,
     OnConflict, OnError, RecordFormat, Sanitize, TableFrom, TimeUnit, TopicSettings, TruncateMode,
-    WriteMode,
+    WriteMode, DEFAULT_PLACEHOLDER,
 };
 
 /// Prefix of the environment variables that override settings (`__` separates levels).
@@ -152,6 +152,11 @@ impl Settings {
                 kafka::MIN_MEMORY_BUDGET.display().iec()
             ));
         }
+        if let Some(id) = &self.kafka.group_instance_id {
+            kafka::check_group_instance_id(id, self.kafka.group_protocol).map_err(|m| {
+                ConfigError::Invalid(format!("kafka.group_instance_id {id:?}: {m}"))
+            })?;
+        }
         let mut seen = std::collections::HashSet::new();
         for topic in &self.topics {
             let label = topic.label();
@@ -190,6 +195,15 @@ impl Settings {
                 return invalid(format!(
                     "topic {label}: delete_on_tombstone needs mode = \"upsert\""
                 ));
+            }
+            match &topic.unavailable_value_placeholder {
+                Some(_) if topic.format != RecordFormat::Debezium => {
+                    return invalid(format!("topic {label}: unavailable_value_placeholder applies to format = \"debezium\" (its unchanged TOASTed columns)"));
+                }
+                Some(p) if p.is_empty() => {
+                    return invalid(format!("topic {label}: unavailable_value_placeholder is empty; Debezium's default is {:?}", DEFAULT_PLACEHOLDER));
+                }
+                _ => {}
             }
             if topic.truncate != TruncateMode::Fail && topic.format != RecordFormat::Debezium {
                 return invalid(format!(
@@ -260,6 +274,7 @@ impl Settings {
                 "enable.auto.commit"
                     | "enable.auto.offset.store"
                     | "group.id"
+                    | "group.instance.id"
                     | "bootstrap.servers"
                     // Start positions are always explicit and an out-of-range position is
                     // handled by `offset_out_of_range`; librdkafka must never move one.
@@ -547,6 +562,14 @@ mod tests {
                 "mode = \"upsert\"\non_conflict = \"ignore\"",
                 "applies to mode = \"insert\"",
             ),
+            (
+                "unavailable_value_placeholder = \"x\"",
+                "unavailable_value_placeholder applies to format = \"debezium\"",
+            ),
+            (
+                "format = \"debezium\"\nunavailable_value_placeholder = \"\"",
+                "unavailable_value_placeholder is empty",
+            ),
         ] {
             let file = write(&format!("{MINIMAL}{extra}\n"));
             let err = Settings::load(Some(file.path()), &Overrides::default()).unwrap_err();
@@ -556,6 +579,7 @@ mod tests {
             "format = \"debezium\"\ntruncate = \"apply\"\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "mode = \"upsert\"\ndelete_on_tombstone = true\ndelete_mode = \"soft\"\nsoft_delete_column = \"gone\"",
             "on_conflict = \"ignore\"",
+            "format = \"debezium\"\nunavailable_value_placeholder = \"~gone~\"",
         ] {
             let file = write(&format!("{MINIMAL}{extra}\n"));
             let loaded = Settings::load(Some(file.path()), &Overrides::default());
@@ -615,6 +639,7 @@ mod tests {
             "enable.auto.commit",
             "enable.auto.offset.store",
             "group.id",
+            "group.instance.id",
             "bootstrap.servers",
             "auto.offset.reset",
         ] {

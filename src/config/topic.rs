@@ -91,6 +91,10 @@ pub struct TopicSettings {
     /// Columns that take the record's Kafka metadata instead of a value field.
     #[serde(default)]
     pub metadata: MetadataColumns,
+    /// `format = "debezium"`: the value Debezium sends for an unchanged TOASTed column
+    /// (its `unavailable.value.placeholder`); such a column keeps its stored value.
+    #[serde(default)]
+    pub unavailable_value_placeholder: Option<String>,
     /// A record that cannot be written: stop (`fail`) or keep it in `kafka_dead_letters`.
     #[serde(default)]
     pub on_error: OnError,
@@ -303,6 +307,10 @@ impl Encoding {
         self != Encoding::Json
     }
 }
+
+/// The placeholder Debezium sends for an unchanged TOASTed column unless its
+/// `unavailable.value.placeholder` says otherwise (`unavailable_value_placeholder`).
+pub const DEFAULT_PLACEHOLDER: &str = "__debezium_unavailable_value";
 
 /// How rows reach the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

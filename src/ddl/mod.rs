@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub(crate) use apply::{apply, is_concurrent_change};
 pub use plan::Step;
-pub(crate) use plan::{missing_table, Change, MISSING_OID};
+pub(crate) use plan::{key_source, missing_table, Change, MISSING_OID};
 
 use crate::config::{KeyFrom, RecordFormat, TopicSettings, WriteMode};
 use crate::registry::{RegisteredSchema, RegistryError};

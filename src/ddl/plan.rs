@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::types::FieldColumn;
 use crate::config::table_from::MAX_IDENTIFIER_BYTES;
-use crate::config::{KeyFrom, TopicSettings, WriteMode};
+use crate::config::{KeyFrom, RecordFormat, TopicSettings, WriteMode};
 use crate::schema::{quote_ident, Column, ColumnType, Table};
 
 /// The OID of a table the catalog does not have (PostgreSQL's `InvalidOid`, never a real one).
@@ -138,6 +138,32 @@ fn primary_key(settings: &TopicSettings, shape: &Shape) -> Result<Vec<String>, S
                 .map(|c| c.clone().ok_or_else(|| "auto_create with key_from = \"offset\" needs metadata.topic, .partition and .offset".to_string()))
                 .collect()
         }
+        // Debezium's key is the source table's primary key, and its fields are columns of
+        // `after` too: the same columns make the copy's primary key.
+        KeyFrom::Value if settings.format == RecordFormat::Debezium => match &shape.key {
+            Some(fields) if !fields.is_empty() => Ok(fields.iter().map(|f| f.name.clone()).collect()),
+            _ => Err("auto_create in upsert mode needs the primary key: the Debezium record's key carries no struct schema to take it from (a key converter without schemas?), so name its columns with key = [...]".into()),
+        },
+        KeyFrom::Value => Err("auto_create in upsert mode needs the primary key: name its columns with key = [...]".into()),
+    }
+}
+
+/// Where a created table's primary key will come from, as `check` can tell before any record
+/// (`None` in insert mode); an error where no record could give one, which `run` would only
+/// meet at the first record.
+pub(crate) fn key_source(settings: &TopicSettings) -> Result<Option<&'static str>, String> {
+    if settings.write_mode() != WriteMode::Upsert {
+        return Ok(None);
+    }
+    if !settings.key.is_empty() {
+        return Ok(Some("the columns of `key`"));
+    }
+    match settings.key_from {
+        KeyFrom::Key => Ok(Some("the fields of the record key's schema (a key without one is refused)")),
+        KeyFrom::Offset => Ok(Some("the topic, partition and offset columns")),
+        KeyFrom::Value if settings.format == RecordFormat::Debezium => Ok(Some(
+            "the fields of the Debezium key's struct schema, the source table's primary key (a key without one is refused)",
+        )),
         KeyFrom::Value => Err("auto_create in upsert mode needs the primary key: name its columns with key = [...]".into()),
     }
 }
@@ -478,6 +504,37 @@ mod tests {
         let s = settings("mode = \"upsert\"\nauto_create = true");
         let err = plan(&s, &missing_table(&s, "t"), &orders_shape()).unwrap_err();
         assert!(err.contains("key = [...]"), "{err}");
+    }
+
+    /// A Debezium topic in upsert mode without `key` takes the created table's primary key
+    /// from the key's struct schema (the source table's), and without one says so; `check`'s
+    /// `key_source` says the same before any record, and refuses what no record could fix.
+    #[test]
+    fn a_debezium_key_schema_gives_the_primary_key_and_check_says_where_it_comes_from() {
+        let s = settings("format = \"debezium\"\nauto_create = true");
+        let mut shape = orders_shape();
+        assert!(plan(&s, &missing_table(&s, "t"), &shape)
+            .unwrap_err()
+            .contains("carries no struct schema"));
+        shape.key = Some(vec![field("id", ColumnType::Int8, "int8", false)]);
+        let change = plan(&s, &missing_table(&s, "t"), &shape).unwrap().unwrap();
+        assert_eq!(
+            change.table.primary_key,
+            vec!["id".to_string()],
+            "{change:?}"
+        );
+        assert!(
+            format!("{:?}", change.steps).contains("PRIMARY KEY (\\\"id\\\")"),
+            "{:?}",
+            change.steps
+        );
+        assert!(key_source(&s).unwrap().unwrap().contains("Debezium key"));
+        // The same shape without Debezium has no key to take.
+        let plain = settings("mode = \"upsert\"\nauto_create = true");
+        assert!(plan(&plain, &missing_table(&plain, "t"), &shape).is_err());
+        assert!(key_source(&plain).unwrap_err().contains("key = [...]"));
+        assert!(key_source(&settings("mode = \"upsert\"\nkey_from = \"key\"")).is_ok());
+        assert_eq!(key_source(&settings("")).unwrap(), None);
     }
 
     fn existing(columns: &[(&str, ColumnType, &str)]) -> Table {

@@ -32,8 +32,12 @@ pub(crate) struct Found<'a> {
 /// The schema's text or its registry ids.
 #[derive(Debug, Clone)]
 enum Where<'a> {
-    /// The Connect envelope's `schema`, as text.
-    Connect(&'a str),
+    /// The Connect envelopes' `schema`s, as text: the value's, and the key's when the key is
+    /// an envelope too (Debezium's key: the source table's primary key as a struct).
+    Connect {
+        value: &'a str,
+        key: Option<&'a str>,
+    },
     /// The registry schemas of the value and, for a registry-format key, the key.
     Registry {
         value: Named<'a>,
@@ -121,17 +125,20 @@ pub(crate) fn identify<'a>(
             what: Where::Registry { value, key },
         });
     }
-    let envelope: Envelope<'_> = serde_json::from_slice(value).ok()?;
-    let schema = envelope.schema?.get();
-    if schema == "null" {
-        return None;
-    }
+    let schema = envelope_schema(value)?;
+    let key = key.and_then(envelope_schema);
     let mut hasher = std::hash::DefaultHasher::new();
-    schema.hash(&mut hasher);
+    (schema, key).hash(&mut hasher);
     Some(Found {
         identity: hasher.finish(),
-        what: Where::Connect(schema),
+        what: Where::Connect { value: schema, key },
     })
+}
+
+/// A Connect JSON envelope's schema, unless the bytes are no envelope or carry `null`.
+fn envelope_schema(bytes: &[u8]) -> Option<&str> {
+    let envelope: Envelope<'_> = serde_json::from_slice(bytes).ok()?;
+    Some(envelope.schema?.get()).filter(|s| *s != "null")
 }
 
 /// The columns the record's schema asks for; registry schemas are fetched by id (the client
@@ -144,17 +151,22 @@ pub(crate) fn shape(
 ) -> Result<Shape, CheckError> {
     let debezium = settings.format == RecordFormat::Debezium;
     match &found.what {
-        Where::Connect(text) => {
-            let schema: Value = serde_json::from_str(text)
+        Where::Connect { value, key } => {
+            let schema: Value = serde_json::from_str(value)
                 .map_err(|e| CheckError::Record(format!("the record's schema is not JSON: {e}")))?;
             let row = if debezium {
                 connect_after(&schema).map_err(CheckError::Record)?
             } else {
                 &schema
             };
+            // A key schema that is no struct (a plain string key) names no key columns.
+            let key = key
+                .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                .and_then(|k| connect_fields(&k).ok())
+                .filter(|fields| !fields.is_empty());
             Ok(Shape {
                 value: connect_fields(row).map_err(CheckError::Record)?,
-                key: None,
+                key,
             })
         }
         Where::Registry { value, key } => {

@@ -109,6 +109,9 @@ pub fn client_config(kafka: &KafkaSettings) -> ClientConfig {
                 "session.timeout.ms",
                 kafka.session_timeout.as_millis().to_string(),
             ));
+            if let Some(id) = &kafka.group_instance_id {
+                own.push(("group.instance.id", id.clone()));
+            }
         }
         GroupProtocol::Consumer => own.push(("group.protocol", "consumer".into())),
     }
@@ -160,6 +163,11 @@ mod tests {
             "group_protocol = \"classic\"\nsession_timeout = \"10s\"",
         ));
         assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
+        assert_eq!(classic.get("group.instance.id"), None);
+        let static_member = client_config(&kafka(
+            "group_protocol = \"classic\"\ngroup_instance_id = \"sink-0\"",
+        ));
+        assert_eq!(static_member.get("group.instance.id"), Some("sink-0"));
     }
 
     /// `kafka.properties` wins over the sink's tuning (fetch settings), and passes other

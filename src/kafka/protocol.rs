@@ -113,6 +113,15 @@ pub(crate) fn resolve(kafka: &KafkaSettings, shutdown: &Shutdown) -> GroupProtoc
     if kafka.group_protocol != GroupProtocol::Auto {
         return kafka.group_protocol;
     }
+    if let Some(id) = &kafka.group_instance_id {
+        tracing::info!(
+            protocol = ?GroupProtocol::Classic,
+            group_instance_id = %id,
+            "group_protocol auto: static membership is classic's (librdkafka refuses a process \
+             restarted after a crash under the same id with the consumer protocol)"
+        );
+        return GroupProtocol::Classic;
+    }
     if let Some(property) = classic_only_property(kafka) {
         tracing::info!(
             protocol = ?GroupProtocol::Classic,
@@ -340,7 +349,7 @@ mod tests {
     use crate::config::kafka_for_test as kafka;
 
     /// An explicit protocol is used as written, and `auto` with a property only the classic
-    /// protocol takes keeps classic, in both cases without asking a broker (none listens at
+    /// protocol takes, or with a `group_instance_id`, keeps classic, in every case without asking a broker (none listens at
     /// the configured address).
     #[test]
     fn explicit_protocols_and_classic_only_properties_need_no_broker() {
@@ -356,6 +365,8 @@ mod tests {
                 "group_protocol = \"auto\"\n[kafka.properties]\n\"partition.assignment.strategy\" = \"range\"",
                 GroupProtocol::Classic,
             ),
+            // Static membership is classic's.
+            ("group_instance_id = \"sink-0\"", GroupProtocol::Classic),
         ] {
             assert_eq!(resolve(&kafka(extra), &shutdown), expected, "{extra}");
         }

@@ -286,9 +286,20 @@ impl TopicMapper {
         let mut values = Vec::with_capacity(self.sources.len());
         let mut include = std::mem::take(&mut rows.scratch);
         include.clear();
+        // Columns that hold Debezium's placeholder: carried by none, and marked "keep".
+        let mut unavailable: Vec<u16> = Vec::new();
         let result = (|| {
             for (i, col) in self.table.columns.iter().enumerate() {
                 let value = value_of(i)?;
+                let placeholder = match (&self.placeholders, &value) {
+                    (Some(p), Value::In(Input::Json(raw), _)) => p.is_placeholder(i, raw.get()),
+                    _ => false,
+                };
+                if placeholder {
+                    unavailable.push(i as u16);
+                    values.push(Value::Absent);
+                    continue;
+                }
                 let present = match (&value, &self.sources[i]) {
                     (_, Source::Default) => false,
                     (Value::Absent, _) if col.has_default => false,
@@ -338,6 +349,13 @@ impl TopicMapper {
         // COPY and one merge; the mask says which of them the record carried.
         let columns: &[u16] = if upsert {
             presence_mask(&include, self.table.columns.len(), &mut mask);
+            if !unavailable.is_empty() {
+                // The unavailable columns' bits follow the presence bits, which a row without
+                // any lacks (the merge's check tells the two apart by the mask's length).
+                let mut extra = Vec::new();
+                presence_mask(&unavailable, self.table.columns.len(), &mut extra);
+                mask.extend_from_slice(&extra);
+            }
             &self.all_columns
         } else {
             &include
@@ -373,6 +391,9 @@ impl TopicMapper {
                 rows.next_ordinal += 1;
                 if upsert {
                     rows.presence.note(&include);
+                }
+                if !unavailable.is_empty() {
+                    rows.placeholders.note(ordinal, &unavailable);
                 }
             }
             Err(_) => copy.undo_row(mark),

@@ -15,6 +15,7 @@ mod envelope;
 mod json_schema;
 mod json_write;
 mod keys;
+mod placeholder;
 pub(crate) mod pointer;
 mod protobuf;
 mod removal;
@@ -28,15 +29,15 @@ mod test_support;
 mod transcode;
 
 use foldhash::{HashMap, HashMapExt as _};
-use std::fmt;
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use anyhow::Context as _;
 
 pub use convert::Hint;
 pub(crate) use encode::nests_deeper_than;
 pub use encode::MAX_JSON_DEPTH;
-pub use rows::{Presence, Rows, TableRows};
+pub(crate) use placeholder::Placeholders;
+pub use rows::{Placeholded, Presence, Rows, TableRows};
 pub(crate) use schema_types::{FieldType, Fit};
 pub(crate) use soft_delete::{Marker, SoftDelete};
 pub use source::{Meta, Source};
@@ -154,6 +155,9 @@ pub struct TopicMapper {
     hex: Vec<bool>,
     /// Per column: its strings hold JSON text (`json_text`), written as that JSON.
     json_text: Vec<bool>,
+    /// Debezium upserts: the forms of the unavailable-value placeholder per column, a value
+    /// that leaves the stored one as it is.
+    placeholders: Option<Placeholders>,
     max_record_bytes: u64,
     on_error: OnError,
     dead_letter_topic: Option<Arc<str>>,
@@ -249,6 +253,8 @@ impl TopicMapper {
         let units = time_units(topic, &table).map_err(err)?;
         let hex = hex_columns(topic, &table).map_err(err)?;
         let json_text = json_text_columns(topic, &table).map_err(err)?;
+        let placeholders =
+            Placeholders::for_topic(topic, &table, &sources, upsert_keys.as_deref(), &hex);
         let needs_headers = sources
             .iter()
             .any(|s| matches!(s, Source::Meta(Meta::Headers | Meta::Header(_))));
@@ -279,6 +285,7 @@ impl TopicMapper {
             units,
             hex,
             json_text,
+            placeholders,
             max_record_bytes: topic.max_record_bytes.as_u64(),
             on_error: topic.on_error,
             dead_letter_topic: topic.dead_letter_topic.as_deref().map(Arc::from),

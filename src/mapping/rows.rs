@@ -68,6 +68,8 @@ pub struct TableRows {
     pub truncate: Option<(i32, i64)>,
     /// Deletes mark this column instead of removing rows.
     pub(crate) soft_delete: Option<SoftDelete>,
+    /// Rows that kept columns Debezium sent as unavailable (TOASTed and unchanged).
+    pub placeholders: Placeholded,
     /// Insert mode with `on_conflict = "ignore"`: the first row per key is inserted unless
     /// the key has a row, and nothing is updated.
     pub first_wins: bool,
@@ -98,6 +100,7 @@ impl TableRows {
             keep_origins,
             truncate: None,
             soft_delete: None,
+            placeholders: Placeholded::default(),
             first_wins: false,
             next_ordinal: 0,
             scratch: Vec::new(),
@@ -134,6 +137,34 @@ impl TableRows {
             .chain(self.deletes.iter())
             .map(|r| r.buffer.len())
             .sum()
+    }
+}
+
+/// The upsert rows that held Debezium's unavailable-value placeholder: they keep the stored
+/// value of those columns, which needs a stored row (the merge checks it first), and they are
+/// counted when they commit.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Placeholded {
+    /// Their ordinals, in order.
+    pub ordinals: Vec<i64>,
+    /// The columns any of them held it in, in column order.
+    pub columns: Vec<u16>,
+}
+
+impl Placeholded {
+    /// Called once per such row, after it is written.
+    pub(super) fn note(&mut self, ordinal: i64, columns: &[u16]) {
+        self.ordinals.push(ordinal);
+        for &c in columns {
+            if let Err(at) = self.columns.binary_search(&c) {
+                self.columns.insert(at, c);
+            }
+        }
+    }
+
+    /// Whether no row held the placeholder.
+    pub fn is_empty(&self) -> bool {
+        self.ordinals.is_empty()
     }
 }
 

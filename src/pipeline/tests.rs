@@ -304,6 +304,7 @@ impl FakeWriters {
             tables: vec![("t".into(), rows)],
             copied: Vec::new(),
             rounds: Vec::new(),
+            placeholders: Vec::new(),
             offsets: batch.offsets.clone(),
         })));
         true

@@ -14,6 +14,15 @@ pub(super) fn is_row_error(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether PostgreSQL refused the row because its Debezium placeholder has no stored value to
+/// keep (`Merge::toast_check`): a `toast_unavailable` dead letter, not a `rejected` one.
+pub(crate) fn is_toast_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().as_deref() == Some(crate::merge::TOAST_UNAVAILABLE),
+        _ => false,
+    }
+}
+
 /// PostgreSQL's message with its SQLSTATE, the table, column and constraint it names, and
 /// its detail.
 pub(super) fn describe_db_error(e: &sqlx::Error) -> String {

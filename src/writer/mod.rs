@@ -35,6 +35,7 @@ mod unique_rounds;
 mod unique_write;
 
 pub(crate) use copy_first::CopyFirst;
+pub(crate) use errors::is_toast_unavailable;
 pub use transaction::apply_table;
 use transaction::{write, Written};
 
@@ -86,6 +87,9 @@ pub struct WriteResult {
     pub copied: Vec<String>,
     /// Per table, the merges beyond the first that repeated keys cost (`rounds`).
     pub rounds: Vec<(String, u32)>,
+    /// Per table, rows that kept columns Debezium sent as unavailable, and those that became
+    /// `toast_unavailable` dead letters.
+    pub placeholders: Vec<(String, u64, u64)>,
     /// The positions the batch moved to, when it committed (ending on a refused record).
     pub offsets: Vec<crate::offsets::OffsetAdvance>,
 }
@@ -221,6 +225,7 @@ async fn run(
             tables: written.tables,
             copied: written.copied,
             rounds: written.rounds,
+            placeholders: written.placeholders,
             offsets: batch.offsets.clone(),
         };
         if results.send(WriterEvent::Done(Box::new(result))).is_err() {

@@ -7,7 +7,7 @@ use std::collections::{HashSet, VecDeque};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use super::copy::{range_data, send_copy};
-use super::errors::{classify, describe_db_error, is_row_error};
+use super::errors::{classify, describe_db_error, is_row_error, is_toast_unavailable};
 use super::rounds::Rounds;
 use super::savepoint::take_back;
 use super::{CopyFirst, Outcome, Session, WriterConfig};
@@ -26,6 +26,9 @@ pub(super) struct Written {
     pub(super) copied: Vec<String>,
     /// Per table, the merges beyond the first its repeated keys cost.
     pub(super) rounds: Vec<(String, u32)>,
+    /// Per table, the rows committed that kept columns Debezium sent as unavailable, and the
+    /// ones that became `toast_unavailable` dead letters instead.
+    pub(super) placeholders: Vec<(String, u64, u64)>,
     /// The record the batch was committed without.
     refused: Option<Refused>,
 }
@@ -201,6 +204,7 @@ async fn transact(
     let mut dead = batch.dead_letters.clone();
     let mut tables = Vec::with_capacity(batch.writes.len());
     let mut rounds = Vec::new();
+    let mut placeholders = Vec::new();
     for write in &batch.writes {
         let before = dead.len();
         let extra = apply_table(&mut tx, write, staged, first, &mut dead)
@@ -211,6 +215,9 @@ async fn transact(
         }
         // A refused row became a dead letter instead of a row.
         tables.push((write.table.clone(), write.rows() - (dead.len() - before)));
+        if !write.placeholders.is_empty() {
+            placeholders.push(placeholder_outcomes(write, &dead[before..]));
+        }
     }
     if !dead.is_empty() {
         dead_letter::insert(&mut tx, &config.group, &dead)
@@ -233,8 +240,26 @@ async fn transact(
         tables,
         copied: first.take_copied(),
         rounds,
+        placeholders,
         refused: None,
     })
+}
+
+/// (table, rows committed keeping placeholder columns, `toast_unavailable` letters) of one
+/// committed write: its placeholder rows, less those left out and those dead-lettered.
+fn placeholder_outcomes(write: &TableWrite, letters: &[DeadLetter]) -> (String, u64, u64) {
+    let lettered: HashSet<(i32, i64)> = letters
+        .iter()
+        .filter(|d| d.kind == dead_letter::ErrorKind::ToastUnavailable)
+        .map(|d| (d.record.partition, d.record.offset))
+        .collect();
+    let kept = write
+        .placeholders
+        .iter()
+        .filter_map(|&o| write.position_of(o))
+        .filter(|&at| crate::batch::kept(at, write.left_out) && !lettered.contains(&at))
+        .count();
+    (write.table.clone(), kept as u64, lettered.len() as u64)
 }
 
 /// The batch's schema changes, first in its transaction. A concurrent writer's identical
@@ -362,7 +387,11 @@ async fn apply_rows(
                     }
                     1 => {
                         let message = describe_db_error(&e);
-                        let letter = write.dead_letter(ordinals[0], message).ok_or(e)?;
+                        let toast = is_toast_unavailable(&e);
+                        let mut letter = write.dead_letter(ordinals[0], message).ok_or(e)?;
+                        if toast {
+                            letter.kind = dead_letter::ErrorKind::ToastUnavailable;
+                        }
                         tracing::warn!(topic = %letter.topic, partition = letter.record.partition, offset = letter.record.offset,
                             error = %letter.message, "row rejected by PostgreSQL: dead-lettered");
                         dead.push(letter);
@@ -497,6 +526,7 @@ mod tests {
             keys_at: Vec::new(),
             probe: None,
             unique: None,
+            placeholders: Vec::new(),
         }
     }
 

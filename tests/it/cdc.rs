@@ -2,12 +2,10 @@
 //! database changed with SQL, the connector's events in Kafka, the sink's copy compared with
 //! the source column by column.
 
-use std::time::Duration;
-
 use sqlx::Executor;
 
 use crate::helpers::db::TestDb;
-use crate::helpers::debezium::{CdcOptions, CdcSource};
+use crate::helpers::debezium::{wait_copy_equals_source, CdcOptions, CdcSource};
 use crate::helpers::sink::{Sink, SinkConfig};
 
 /// A table of many types, the same on the source and in the copy.
@@ -31,35 +29,6 @@ const ITEMS_COLUMNS: &[&str] = &[
     "id", "name", "qty", "price", "ratio", "active", "born", "seen", "at", "doc", "blob", "tags",
     "uid",
 ];
-
-/// Waits until the copy equals the source in every column of every row, then asserts it (so a
-/// timeout shows both).
-pub async fn wait_copy_equals_source(
-    source: &CdcSource,
-    db: &TestDb,
-    table: &str,
-    columns: &[&str],
-    sink: &Sink,
-) {
-    let want = source.rows_as_text(table, columns).await;
-    let result = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            if db.rows_as_text(table, columns).await == want {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    if result.is_err() {
-        assert_eq!(
-            db.rows_as_text(table, columns).await,
-            want,
-            "the copy of {table} is not the source after 60 s; sink log:\n{}",
-            sink.logs_tail(30)
-        );
-    }
-}
 
 /// The harness's smoke test: a snapshot of three rows, then inserts, updates (one setting
 /// NULLs) and deletes streamed by the real connector (JsonConverter with schemas), applied by

@@ -688,6 +688,79 @@ async fn debezium_after_schema_creates_the_table_and_changes_apply() {
     );
 }
 
+/// Without `key`, Debezium's key schema (the source table's primary key, which JsonConverter
+/// writes with every key) makes the created table's primary key, under `key_from = "value"`
+/// (the default) and `key_from = "key"` alike; `check` says so before any record, and refuses
+/// a plain JSON upsert topic that no record could give a key.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_key_schema_makes_the_primary_key_without_key() {
+    use crate::helpers::sink::{run_cli, ConfigFile};
+    let db = TestDb::migrated().await;
+    let changes: &[Change] = &[
+        ("r", None, Some((4, "snap"))),
+        ("c", None, Some((1, "ann"))),
+        ("c", None, Some((2, "bob"))),
+        ("u", Some((2, "bob")), Some((2, "bobby"))),
+        ("d", Some((1, "ann")), None),
+        ("c", None, Some((3, "cy"))),
+    ];
+    for (table, key_from) in [("by_value", ""), ("by_key", "key_from = \"key\"\n")] {
+        let topic = TestTopic::create(2).await;
+        produce_raw(&producer(), &topic.name, &debezium_events(changes)).await;
+        let mut config = SinkConfig::new(&db.url, &topic.name, table);
+        config.topic_settings = format!("format = \"debezium\"\n{key_from}auto_create = true");
+        config.metadata = String::new();
+        config.max_records = 2;
+        let file = ConfigFile::new(&config.toml());
+        let out = run_cli(&["check", "--config", file.arg()]).await;
+        assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains("its primary key: the fields of the"),
+            "{}",
+            out.stdout
+        );
+        let mut sink = Sink::start(&config, "sink");
+        wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+        assert!(sink.stop().success(), "{}", sink.logs_tail(20));
+        let pk: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a
+                ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+              WHERE i.indrelid = to_regclass($1) AND i.indisprimary",
+        )
+        .bind(table)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(pk, vec!["id".to_string()], "{table}");
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            db.rows_as_text(table, &["id", "name", "since"]).await,
+            vec![
+                vec![s("2"), s("bobby"), s("2023-11-14")],
+                vec![s("3"), s("cy"), s("2023-11-14")],
+                vec![s("4"), s("snap"), s("2023-11-14")],
+            ],
+            "{table}"
+        );
+    }
+    // Connect JSON in upsert mode under `key_from = "value"` has no key to take: check
+    // refuses it, naming the fix, where `run` would stop at the first record.
+    let topic = TestTopic::create(1).await;
+    let mut config = SinkConfig::new(&db.url, &topic.name, "no_key");
+    config.topic_settings =
+        "format = \"connect-json\"\nmode = \"upsert\"\nauto_create = true".into();
+    let file = ConfigFile::new(&config.toml());
+    let out = run_cli(&["check", "--config", file.arg()]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(
+        format!("{}{}", out.stdout, out.stderr)
+            .contains("needs the primary key: name its columns with key = [...]"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
 /// A row PostgreSQL refuses in the batch that creates the table: the batch commits without it
 /// (the table with the rows before it) and the sink stops at that record, naming it.
 #[tokio::test(flavor = "multi_thread")]

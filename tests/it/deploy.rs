@@ -1,6 +1,6 @@
 //! `deploy/`: the Helm chart and the KEDA examples, checked by `deploy/check.sh` with real
 //! tools (helm, kubernetes-validate with the Kubernetes JSON schemas, promtool), and the
-//! chart's rendered Deployment and hook read back for what README promises of them.
+//! chart's rendered StatefulSet and hook read back for what README promises of them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,7 +91,9 @@ fn deploy_check_validates_the_chart_the_keda_examples_and_the_alerts() {
 /// The rendered chart: the config as a ConfigMap mounted where `run --config` reads it,
 /// secrets only through `secretKeyRef`, liveness on /health and readiness on /ready, a
 /// PodDisruptionBudget, `migrate` as a pre-install/pre-upgrade hook Job with the database
-/// URL alone, no surge on rollouts, and more replicas than partitions refused.
+/// URL alone, pods replaced in place one at a time (no surge pod), each pod's name its
+/// `group_instance_id` (and none with `staticMembership=false`), and more replicas than
+/// partitions refused.
 #[test]
 fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replicas() {
     let (ok, rendered, stderr) = render(&["--set", "serviceMonitor.enabled=true"]);
@@ -101,7 +103,7 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
     assert!(config.contains("sink.toml: |"), "{config}");
     assert!(config.contains("url = \"${DATABASE_URL}\""), "{config}");
 
-    let deployment = manifest(&rendered, "Deployment");
+    let deployment = manifest(&rendered, "StatefulSet");
     for expected in [
         "args: [\"run\", \"--config\", \"/etc/kafka-pg-sink/sink.toml\"]",
         "mountPath: /etc/kafka-pg-sink",
@@ -109,14 +111,16 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
         "path: /ready",
         "secretKeyRef:\n                  name: kafka-pg-sink-db\n                  key: url",
         "value: \"0.0.0.0:9464\"",
-        "maxSurge: 0",
-        "maxUnavailable: 1",
+        "podManagementPolicy: Parallel",
+        "updateStrategy:\n    type: RollingUpdate",
+        "serviceName: kafka-pg-sink",
+        "- name: KAFKA_PG_SINK_KAFKA__GROUP_INSTANCE_ID\n              valueFrom:\n                fieldRef:\n                  fieldPath: metadata.name",
         "runAsNonRoot: true",
         "checksum/config:",
     ] {
         assert!(
             deployment.contains(expected),
-            "Deployment lacks {expected:?}:\n{deployment}"
+            "StatefulSet lacks {expected:?}:\n{deployment}"
         );
     }
     let liveness = deployment.split("livenessProbe:").nth(1).unwrap();
@@ -154,6 +158,13 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
     let monitor = manifest(&rendered, "ServiceMonitor");
     assert!(monitor.contains("path: /metrics"), "{monitor}");
 
+    let (ok, dynamic, stderr) = render(&["--set", "staticMembership=false"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        !dynamic.contains("GROUP_INSTANCE_ID"),
+        "staticMembership=false still names an instance id:\n{dynamic}"
+    );
+
     let (ok, _, stderr) = render(&["--set", "replicaCount=9", "--set", "partitions=8"]);
     assert!(!ok, "9 replicas for 8 partitions were accepted");
     assert!(stderr.contains("more than partitions"), "{stderr}");
@@ -161,7 +172,7 @@ fn the_chart_renders_probes_secrets_the_migrate_hook_and_refuses_surplus_replica
     assert!(ok, "as many replicas as partitions must render: {stderr}");
 }
 
-/// The Deployment's `KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET`, if it sets one.
+/// The StatefulSet's `KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET`, if it sets one.
 fn memory_budget(deployment: &str) -> Option<String> {
     let after = deployment
         .split("- name: KAFKA_PG_SINK_KAFKA__MEMORY_BUDGET\n")
@@ -180,7 +191,7 @@ fn the_chart_sets_the_memory_budget_from_the_memory_limit() {
     let budget_of = |args: &[&str]| {
         let (ok, rendered, stderr) = render(args);
         assert!(ok, "{args:?}: {stderr}");
-        memory_budget(manifest(&rendered, "Deployment"))
+        memory_budget(manifest(&rendered, "StatefulSet"))
     };
     // The default limit, 512Mi, less 25%.
     assert_eq!(budget_of(&[]).as_deref(), Some("384MiB"));

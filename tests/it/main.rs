@@ -9,6 +9,8 @@ mod batching;
 mod bench_floor;
 mod boundaries;
 mod cdc;
+mod cdc_restart;
+mod cdc_toast;
 mod claims;
 mod cli;
 mod connect_json;

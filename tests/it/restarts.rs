@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::helpers::db::TestDb;
 use crate::helpers::kafka::{produce_orders, producer, producer_on, TestTopic};
+use crate::helpers::orders::assert_orders_are;
 use crate::helpers::private::Private;
 use crate::helpers::sink::{LogsOnPanic, Sink, SinkConfig};
 use crate::helpers::*;
@@ -104,4 +105,73 @@ async fn the_kafka_broker_stopped_and_restarted_during_a_load_loses_and_duplicat
     assert!(sink.stop().success());
     drop(topic);
     drop(kafka);
+}
+
+/// README, "Replicas and partitions": a process killed with `kill -9` and started again under
+/// the same `group_instance_id` commits again within seconds, because the group hands it the
+/// dead process's partitions at once instead of after the session timeout (45 s here, the
+/// default, which a restart without the id waits out); so does a clean stop and a new process
+/// under the same id, as a rollout replaces a pod. The id comes from the environment, as the
+/// Helm chart gives it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_under_the_same_group_instance_id_commits_again_within_5_s() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(4).await;
+    let producer = producer();
+    produce_orders(&producer, &topic, 0, 2_000).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.session_timeout_ms = 45_000;
+    config.env.push((
+        "KAFKA_PG_SINK_KAFKA__GROUP_INSTANCE_ID".into(),
+        "sink-0".into(),
+    ));
+    let mut first = Sink::start(&config, "first");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(
+        first
+            .logs()
+            .contains("group_protocol auto: static membership is classic's"),
+        "{}",
+        first.logs_tail(20)
+    );
+    first.kill9();
+
+    produce_orders(&producer, &topic, 2_000, 4_000).await;
+    let restarted = std::time::Instant::now();
+    let second = Sink::start(&config, "second");
+    let _logs = LogsOnPanic(&second);
+    wait_until(
+        "the restarted process's first commit",
+        Duration::from_secs(5),
+        || async { db.count("orders").await > 2_000 },
+    )
+    .await;
+    eprintln!("first commit {:?} after the restart", restarted.elapsed());
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    drop(_logs);
+
+    // A rollout's replacement: a clean stop (which, for a static member, leaves the
+    // partitions with the group) and a new process under the same id.
+    let mut second = second;
+    assert!(second.stop().success());
+    produce_orders(&producer, &topic, 4_000, 6_000).await;
+    let replaced = std::time::Instant::now();
+    let third = Sink::start(&config, "third");
+    let _logs = LogsOnPanic(&third);
+    wait_until(
+        "the replacement's first commit",
+        Duration::from_secs(5),
+        || async { db.count("orders").await > 4_000 },
+    )
+    .await;
+    eprintln!(
+        "first commit {:?} after the replacement",
+        replaced.elapsed()
+    );
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 6_000).await;
+    assert_orders_are(&db, "orders", &(0..6_000).collect::<Vec<_>>()).await;
 }

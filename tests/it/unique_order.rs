@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use sqlx::Executor;
 
-use crate::cdc::wait_copy_equals_source;
 use crate::helpers::db::TestDb;
-use crate::helpers::debezium::{CdcOptions, CdcSource};
+use crate::helpers::debezium::{wait_copy_equals_source, CdcOptions, CdcSource};
 use crate::helpers::http::{get, metric, parse_metrics};
 use crate::helpers::kafka::{produce_raw, producer, RawRecord, TestTopic};
 use crate::helpers::sink::{Sink, SinkConfig};

@@ -115,6 +115,8 @@ pub struct CdcSource {
     admin_url: String,
     connect_url: String,
     markers: std::sync::atomic::AtomicI64,
+    /// One client for the topics' end offsets, which the waits poll.
+    watermarks: BaseConsumer,
 }
 
 impl CdcSource {
@@ -166,6 +168,7 @@ impl CdcSource {
             admin_url: services.admin_url.clone(),
             connect_url: services.connect_url.clone(),
             markers: std::sync::atomic::AtomicI64::new(0),
+            watermarks: client_config().create().expect("consumer"),
         };
 
         let include = tables
@@ -283,7 +286,7 @@ impl CdcSource {
         let topic = self.topic(MARKER_TABLE);
         let started = Instant::now();
         loop {
-            if end_offset(&topic) >= id {
+            if self.end_offset(&topic) >= id {
                 return;
             }
             self.assert_not_failed();
@@ -298,15 +301,59 @@ impl CdcSource {
     /// Waits until `topic` holds at least `n` records.
     pub async fn wait_for_records(&self, topic: &str, n: i64) {
         let started = Instant::now();
-        while end_offset(topic) < n {
+        while self.end_offset(topic) < n {
             self.assert_not_failed();
             assert!(
                 started.elapsed() < Duration::from_secs(90),
                 "{topic} holds {} records, not {n}, after 90 s",
-                end_offset(topic)
+                self.end_offset(topic)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Every record value of `topic` (partition 0, from the start to the end offset now), as
+    /// JSON, tombstones as `Null`: what the connector really wrote, for a test to check that
+    /// the case it exercises happened.
+    pub fn values(&self, topic: &str) -> Vec<serde_json::Value> {
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        let end = self.end_offset(topic);
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", format!("{}-reader", self.name))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .expect("partition");
+        consumer.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let started = Instant::now();
+        while (out.len() as i64) < end {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "read {} of {end} records of {topic}",
+                out.len()
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(500)) {
+                let message = message.expect("a record");
+                out.push(match message.payload() {
+                    Some(bytes) => {
+                        serde_json::from_slice(bytes).expect("JSON written by JsonConverter")
+                    }
+                    None => serde_json::Value::Null,
+                });
+            }
+        }
+        out
+    }
+
+    /// The end offset of partition 0 of `topic` (the connector's topics have one partition),
+    /// 0 while it does not exist.
+    fn end_offset(&self, topic: &str) -> i64 {
+        self.watermarks
+            .fetch_watermarks(topic, 0, Duration::from_secs(5))
+            .map_or(0, |(_, high)| high)
     }
 
     fn assert_not_failed(&self) {
@@ -330,6 +377,35 @@ impl CdcSource {
     /// of `id`: the same form as `TestDb::rows_as_text`, to compare the copy with the source.
     pub async fn rows_as_text(&self, table: &str, columns: &[&str]) -> Vec<Vec<Option<String>>> {
         rows_as_text(&self.pool, table, columns).await
+    }
+}
+
+/// Waits until the copy equals the source in every column of every row, then asserts it (so a
+/// timeout shows both).
+pub async fn wait_copy_equals_source(
+    source: &CdcSource,
+    db: &super::db::TestDb,
+    table: &str,
+    columns: &[&str],
+    sink: &super::sink::Sink,
+) {
+    let want = source.rows_as_text(table, columns).await;
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if db.rows_as_text(table, columns).await == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    if result.is_err() {
+        assert_eq!(
+            db.rows_as_text(table, columns).await,
+            want,
+            "the copy of {table} is not the source after 60 s; sink log:\n{}",
+            sink.logs_tail(30)
+        );
     }
 }
 
@@ -359,16 +435,6 @@ pub async fn rows_as_text(
                 .collect()
         })
         .collect()
-}
-
-/// The end offset of partition 0 of `topic` (the connector's topics have one partition), 0
-/// while it does not exist.
-fn end_offset(topic: &str) -> i64 {
-    let consumer: BaseConsumer = client_config().create().expect("consumer");
-    match consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)) {
-        Ok((_, high)) => high,
-        Err(_) => 0,
-    }
 }
 
 /// One request to the Connect REST API: (status, body). Connection errors panic with how to
