@@ -14,6 +14,7 @@ use crate::pgcopy::CopyData;
 use crate::record::OwnedRecord;
 use crate::schema::{quote_ident, Table};
 use crate::staging::Staging;
+use crate::unique_order::UniqueOrder;
 
 /// What one table receives in a transaction.
 pub struct TableWrite {
@@ -54,6 +55,9 @@ pub struct TableWrite {
     /// `version_from`: the merge leaves stale records out and notes them in the session's
     /// tally (`crate::stale`), which the writer reads after the write.
     pub versioned: bool,
+    /// Where the table has unique indexes besides the key: how the writer orders the rows by
+    /// them (`writer::unique_rounds`), so the batch ends as one-by-one apply would.
+    pub unique: Option<UniqueOrder>,
     /// The ordinals of rows that kept columns Debezium sent as unavailable, for the count of
     /// those committed.
     pub placeholders: Vec<i64>,
@@ -357,6 +361,17 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         version: rows.version,
     };
     let probe = merge.probe().filter(|_| !placeholded);
+    let unique = if rows.first_wins {
+        None
+    } else {
+        UniqueOrder::of(
+            &table,
+            &keys,
+            &staging.upserts,
+            has_deletes.then_some(staging.deletes.as_str()),
+            rows.soft_delete.is_some(),
+        )
+    };
     // Stale records leave staging first: neither the placeholder's updates nor the merge
     // may apply them.
     let mut statements = merge.prune_stale();
@@ -386,6 +401,7 @@ pub fn table_write(rows: TableRows, target: DeadLetterTarget) -> Option<TableWri
         keys_at,
         probe,
         versioned: rows.version.is_some(),
+        unique,
         placeholders: rows.placeholders.ordinals,
     })
 }
@@ -439,6 +455,7 @@ fn unstaged(
         keys_at: Vec::new(),
         probe: None,
         versioned: false,
+        unique: None,
         placeholders: Vec::new(),
     })
 }
@@ -870,11 +887,11 @@ mod tests {
         let none = RowRules::default();
         let checks = RowRules {
             checks: true,
-            beyond_the_row: false,
+            ..RowRules::default()
         };
         let beyond = RowRules {
-            checks: false,
             beyond_the_row: true,
+            ..RowRules::default()
         };
         let statement = probe(none, "", &whole).expect("a probe");
         assert!(

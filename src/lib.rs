@@ -33,5 +33,6 @@ pub(crate) mod stale;
 pub mod startup;
 pub(crate) mod stats;
 pub mod telemetry;
+pub(crate) mod unique_order;
 pub(crate) mod watermarks;
 pub(crate) mod writer;

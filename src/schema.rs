@@ -154,6 +154,10 @@ pub struct RowRules {
     /// security or rules, on the table or its partitions: what they refuse depends on other
     /// rows, or on the row an upsert updates.
     pub beyond_the_row: bool,
+    /// A unique index whose entries the sink cannot compute from a row's values (a predicate,
+    /// an expression, `NULLS NOT DISTINCT`): the writer orders every row that may touch it
+    /// (`writer::unique_rounds`).
+    pub opaque_unique: bool,
 }
 
 impl Table {
@@ -279,7 +283,12 @@ SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid IN (SELECT relid FROM 
        OR EXISTS (SELECT 1 FROM pg_index i
                    WHERE i.indrelid IN (SELECT relid FROM tree) AND i.indrelid <> $1
                      AND i.indisunique
-                     AND NOT EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = i.indexrelid))";
+                     AND NOT EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = i.indexrelid)),
+       -- `indnullsnotdistinct` is read through jsonb: the column exists from PostgreSQL 15 on.
+       EXISTS (SELECT 1 FROM pg_index i
+                WHERE i.indrelid = $1 AND i.indisunique AND NOT i.indisprimary
+                  AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL
+                       OR coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::bool, false)))";
 
 /// Reads a table's columns; names are bound as values, never spliced.
 pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table, SchemaError> {
@@ -352,7 +361,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         .find(|(primary, _, _)| *primary)
         .map(|(_, _, cols)| cols.clone())
         .unwrap_or_default();
-    let (checks, beyond_the_row): (bool, bool) = sqlx::query_as(ROW_RULES_SQL)
+    let (checks, beyond_the_row, opaque_unique): (bool, bool, bool) = sqlx::query_as(ROW_RULES_SQL)
         .bind(sqlx::postgres::types::Oid(oid as u32))
         .fetch_one(pool)
         .await?;
@@ -372,6 +381,7 @@ pub async fn describe(pool: &PgPool, schema: &str, table: &str) -> Result<Table,
         rules: RowRules {
             checks,
             beyond_the_row,
+            opaque_unique,
         },
     })
 }

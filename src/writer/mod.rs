@@ -26,10 +26,14 @@ mod copy_first;
 mod errors;
 #[cfg(debug_assertions)]
 mod fault;
+#[cfg(test)]
+mod pg_model;
 mod rounds;
 mod savepoint;
 mod stale;
 mod transaction;
+mod unique_rounds;
+mod unique_write;
 
 pub(crate) use copy_first::CopyFirst;
 pub(crate) use errors::is_toast_unavailable;

@@ -36,6 +36,9 @@ pub(super) struct Rounds {
     count: u32,
     /// The ordinals of the rows whose key has more than one, in order.
     repeated: Vec<i64>,
+    /// Where the table orders its rows by unique indexes besides the key
+    /// (`unique_write`): the merges beyond the first its planned rounds cost.
+    planned: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Rounds {
@@ -45,6 +48,7 @@ impl Rounds {
             per_copy: Vec::new(),
             count: 1,
             repeated: Vec::new(),
+            planned: Default::default(),
         }
     }
 
@@ -97,6 +101,7 @@ impl Rounds {
             per_copy,
             count,
             repeated,
+            planned: Default::default(),
         }
     }
 
@@ -150,12 +155,22 @@ impl Rounds {
         run(conn, &write.statements).await
     }
 
-    /// The merges beyond the first `write` takes: none where its probe stands for the rounds.
+    /// The merges beyond the first `write` takes: none where its probe stands for the rounds;
+    /// those its unique rounds took where it has them.
     pub(super) fn extra_merges(&self, write: &TableWrite) -> u32 {
+        if write.unique.is_some() {
+            return self.planned.load(std::sync::atomic::Ordering::Relaxed);
+        }
         match write.probe {
             Some(_) => 0,
             None => self.count - 1,
         }
+    }
+
+    /// Adds the merges beyond the first that a range's unique rounds took.
+    pub(super) fn note_planned(&self, extra: u32) {
+        self.planned
+            .fetch_add(extra, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How many rounds the write takes.

@@ -432,11 +432,13 @@ async fn apply_range(
     lo: i64,
     hi: i64,
 ) -> Result<(), sqlx::Error> {
-    // A plain COPY of rows whose keys repeat could only fail on them.
-    if rounds.count() > 1 {
+    // A plain COPY of rows whose keys repeat could only fail on them. Unique indexes besides
+    // the key order the rows by more than their keys.
+    if rounds.count() > 1 && write.unique.is_none() {
         return rounds.apply(conn, write, lo, hi).await;
     }
-    if let (Some(plain), [staged]) = (&write.plain, &write.copies[..]) {
+    // New keys in record order, each checked as it goes in: what one-by-one apply does.
+    if let (Some(plain), [staged], 1) = (&write.plain, &write.copies[..], rounds.count()) {
         // A range with no rows has nothing to copy, and no try to count.
         if let Some(data) = range_data(write, staged, lo, hi, None) {
             if first.should_try(&write.table) {
@@ -447,6 +449,12 @@ async fn apply_range(
                 first.refused(&write.table);
             }
         }
+    }
+    if let Some(order) = &write.unique {
+        let distinct = rounds.count() == 1;
+        let extra = super::unique_write::apply(conn, write, order, distinct, lo, hi).await?;
+        rounds.note_planned(extra);
+        return Ok(());
     }
     for staged in &write.copies {
         if let Some(data) = range_data(write, staged, lo, hi, None) {
@@ -530,6 +538,7 @@ mod tests {
             keys_at: Vec::new(),
             probe: None,
             versioned: false,
+            unique: None,
             placeholders: Vec::new(),
         }
     }

@@ -371,6 +371,8 @@ async fn row_rules_are_read_from_the_table_and_its_partitions() {
              CREATE TABLE second_key (id int8 PRIMARY KEY, email text UNIQUE);
              CREATE TABLE partial_key (id int8 PRIMARY KEY, email text);
              CREATE UNIQUE INDEX ON partial_key (email) WHERE email IS NOT NULL;
+             CREATE TABLE lowered_key (id int8 PRIMARY KEY, email text);
+             CREATE UNIQUE INDEX ON lowered_key (lower(email));
              CREATE TABLE child (id int8 PRIMARY KEY, parent int8 REFERENCES plain (id));
              CREATE TABLE secured (id int8 PRIMARY KEY);
              ALTER TABLE secured ENABLE ROW LEVEL SECURITY;
@@ -391,12 +393,19 @@ async fn row_rules_are_read_from_the_table_and_its_partitions() {
     let rules = |checks, beyond_the_row| RowRules {
         checks,
         beyond_the_row,
+        opaque_unique: false,
+    };
+    // A unique index the writer cannot compute from a row's values.
+    let opaque = RowRules {
+        opaque_unique: true,
+        ..rules(false, true)
     };
     for (table, want) in [
         ("plain", rules(false, false)),
         ("checked", rules(true, false)),
         ("second_key", rules(false, true)),
-        ("partial_key", rules(false, true)),
+        ("partial_key", opaque),
+        ("lowered_key", opaque),
         ("child", rules(false, true)),
         ("secured", rules(false, true)),
         ("parted", rules(false, false)),

@@ -49,5 +49,6 @@ mod serializers;
 mod stale;
 mod supervision;
 mod types;
+mod unique_order;
 mod upsert;
 mod zombie;
