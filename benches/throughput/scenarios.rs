@@ -166,11 +166,17 @@ pub async fn copy_ceiling(
     order: RowOrder,
 ) -> anyhow::Result<Measurement> {
     pool.execute("TRUNCATE bench_orders").await?;
+    let name = match order {
+        RowOrder::Key => "COPY ceiling (1 stream)",
+        RowOrder::Topic { .. } => "COPY, rows in topic order",
+        RowOrder::Ids(_) => "COPY, rows in the sink's order",
+    };
     let (chunks, columns) = match order {
         RowOrder::Key => encode_rows(pool, n, 10_000, WriteMode::Insert).await?,
         RowOrder::Topic { partitions } => {
             encode_rows_in(pool, topic_order(n, partitions), 10_000, WriteMode::Insert).await?
         }
+        RowOrder::Ids(ids) => encode_rows_in(pool, ids, 10_000, WriteMode::Insert).await?,
     };
     let statement = format!(
         "COPY bench_orders ({}) FROM STDIN (FORMAT binary)",
@@ -203,17 +209,13 @@ pub async fn copy_ceiling(
         .fetch_one(pool)
         .await?;
     anyhow::ensure!(count as u64 == n, "COPY wrote {count} rows, expected {n}");
-    let name = match order {
-        RowOrder::Key => "COPY ceiling (1 stream)",
-        RowOrder::Topic { .. } => "COPY, rows in topic order",
-    };
     let mut m = Measurement::new(name, n, payload, elapsed);
     m.note = "binary COPY of pre-encoded rows, one transaction, no Kafka".into();
     Ok(m)
 }
 
 /// The order rows are written in by a COPY without Kafka.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub enum RowOrder {
     /// Orders 0, 1, 2 …: ascending keys, so every insert lands on the index's rightmost leaf,
     /// which PostgreSQL reaches without descending the tree.
@@ -222,6 +224,9 @@ pub enum RowOrder {
     /// takes up to a turn of records from each partition in rotation, so ascending runs of
     /// every `partitions`-th key interleave.
     Topic { partitions: i32 },
+    /// The orders as a sink run inserted them (its table's rows in physical order): what
+    /// PostgreSQL alone pays for the order the records arrived in.
+    Ids(Vec<u64>),
 }
 
 /// The orders `0..n` in the sequence the sink's consumer delivers them (see `RowOrder::Topic`).
