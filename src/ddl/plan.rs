@@ -141,7 +141,15 @@ fn primary_key(settings: &TopicSettings, shape: &Shape) -> Result<Vec<String>, S
         // Debezium's key is the source table's primary key, and its fields are columns of
         // `after` too: the same columns make the copy's primary key.
         KeyFrom::Value if settings.format == RecordFormat::Debezium => match &shape.key {
-            Some(fields) if !fields.is_empty() => Ok(fields.iter().map(|f| f.name.clone()).collect()),
+            // A key of other columns than the row's (the connector's `message.key.columns`)
+            // names no column the value can fill.
+            Some(fields) if !fields.is_empty() => fields
+                .iter()
+                .map(|f| match shape.value.iter().any(|v| v.name == f.name) {
+                    true => Ok(f.name.clone()),
+                    false => Err(format!("auto_create in upsert mode: the Debezium key's field {:?} is not a column of the change event's `after`, so name the primary key's columns with key = [...]", f.name)),
+                })
+                .collect(),
             _ => Err("auto_create in upsert mode needs the primary key: the Debezium record's key carries no struct schema to take it from (a key converter without schemas?), so name its columns with key = [...]".into()),
         },
         KeyFrom::Value => Err("auto_create in upsert mode needs the primary key: name its columns with key = [...]".into()),
@@ -560,6 +568,12 @@ mod tests {
             change.steps
         );
         assert!(key_source(&s).unwrap().unwrap().contains("Debezium key"));
+        // A key field the row lacks names no column the value can fill.
+        let mut foreign = shape.clone();
+        foreign.key = Some(vec![field("tenant", ColumnType::Text, "text", false)]);
+        assert!(plan(&s, &missing_table(&s, "t"), &foreign)
+            .unwrap_err()
+            .contains("\"tenant\" is not a column"));
         // The same shape without Debezium has no key to take.
         let plain = settings("mode = \"upsert\"\nauto_create = true");
         assert!(plan(&plain, &missing_table(&plain, "t"), &shape).is_err());
