@@ -123,28 +123,7 @@ impl TestDb {
     /// Every column as PostgreSQL prints it (`column::text`), timestamps in UTC, rows in the
     /// order of the table's `id`: for comparing whole rows with what was produced.
     pub async fn rows_as_text(&self, table: &str, columns: &[&str]) -> Vec<Vec<Option<String>>> {
-        use sqlx::{Executor, Row};
-        let list = columns
-            .iter()
-            .map(|c| format!("{c}::text"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut conn = self.pool.acquire().await.expect("a connection");
-        conn.execute("SET TIME ZONE 'UTC'")
-            .await
-            .expect("set time zone");
-        let rows: Vec<sqlx::postgres::PgRow> =
-            sqlx::query(&format!("SELECT {list} FROM {table} ORDER BY {table}.id"))
-                .fetch_all(&mut *conn)
-                .await
-                .expect("read rows");
-        rows.iter()
-            .map(|r| {
-                (0..columns.len())
-                    .map(|i| r.get::<Option<String>, _>(i))
-                    .collect()
-            })
-            .collect()
+        rows_as_text(&self.pool, table, columns).await
     }
 
     /// Whether `table` exists (a kill may come before the batch that creates it commits; a
@@ -260,4 +239,33 @@ impl Drop for TestDb {
                 .ok()
         });
     }
+}
+
+/// `TestDb::rows_as_text` for any pool (a CDC source's too, so source and copy read alike).
+pub async fn rows_as_text(
+    pool: &sqlx::PgPool,
+    table: &str,
+    columns: &[&str],
+) -> Vec<Vec<Option<String>>> {
+    use sqlx::{Executor, Row};
+    let list = columns
+        .iter()
+        .map(|c| format!("{c}::text"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut conn = pool.acquire().await.expect("a connection");
+    conn.execute("SET TIME ZONE 'UTC'")
+        .await
+        .expect("set time zone");
+    let rows = sqlx::query(&format!("SELECT {list} FROM {table} ORDER BY {table}.id"))
+        .fetch_all(&mut *conn)
+        .await
+        .expect("read rows");
+    rows.iter()
+        .map(|r| {
+            (0..columns.len())
+                .map(|i| r.get::<Option<String>, _>(i))
+                .collect()
+        })
+        .collect()
 }

@@ -14,7 +14,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 
 use super::kafka::client_config;
 
@@ -376,7 +376,7 @@ impl CdcSource {
     /// Every column as PostgreSQL prints it (`column::text`), timestamps in UTC, in the order
     /// of `id`: the same form as `TestDb::rows_as_text`, to compare the copy with the source.
     pub async fn rows_as_text(&self, table: &str, columns: &[&str]) -> Vec<Vec<Option<String>>> {
-        rows_as_text(&self.pool, table, columns).await
+        super::db::rows_as_text(&self.pool, table, columns).await
     }
 }
 
@@ -407,34 +407,6 @@ pub async fn wait_copy_equals_source(
             sink.logs_tail(30)
         );
     }
-}
-
-/// `rows_as_text` for any pool.
-pub async fn rows_as_text(
-    pool: &PgPool,
-    table: &str,
-    columns: &[&str],
-) -> Vec<Vec<Option<String>>> {
-    let list = columns
-        .iter()
-        .map(|c| format!("{c}::text"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut conn = pool.acquire().await.expect("a connection");
-    conn.execute("SET TIME ZONE 'UTC'")
-        .await
-        .expect("set time zone");
-    let rows = sqlx::query(&format!("SELECT {list} FROM {table} ORDER BY {table}.id"))
-        .fetch_all(&mut *conn)
-        .await
-        .expect("read rows");
-    rows.iter()
-        .map(|r| {
-            (0..columns.len())
-                .map(|i| r.get::<Option<String>, _>(i))
-                .collect()
-        })
-        .collect()
 }
 
 /// One request to the Connect REST API: (status, body). Connection errors panic with how to
