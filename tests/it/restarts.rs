@@ -175,3 +175,53 @@ async fn a_restart_under_the_same_group_instance_id_commits_again_within_5_s() {
     assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 6_000).await;
     assert_orders_are(&db, "orders", &(0..6_000).collect::<Vec<_>>()).await;
 }
+
+/// README, "Restarts": a static member sends the group no goodbye when it stops cleanly, so a
+/// process under another id gets its partitions only when the stopped one's
+/// `session_timeout` (6 s here) ends, where a dynamic member's clean stop hands them over at
+/// once; nothing is lost or written twice meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_static_member_stopped_cleanly_holds_its_partitions_until_its_session_times_out() {
+    let db = TestDb::migrated().await;
+    db.create_orders_table("orders").await;
+    install_offset_audit(&db).await;
+    let topic = TestTopic::create(4).await;
+    let producer = producer();
+    produce_orders(&producer, &topic, 0, 1_000).await;
+
+    let mut config = SinkConfig::new(&db.url, &topic.name, "orders");
+    config.session_timeout_ms = 6_000;
+    let with_id = |id: &str| {
+        let mut c = config.clone();
+        c.env
+            .push(("KAFKA_PG_SINK_KAFKA__GROUP_INSTANCE_ID".into(), id.into()));
+        c
+    };
+    let mut first = Sink::start(&with_id("sink-a"), "first");
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert!(first.stop().success(), "{}", first.logs_tail(20));
+    assert!(
+        first.logs().contains("static member: the group keeps"),
+        "{}",
+        first.logs_tail(20)
+    );
+
+    produce_orders(&producer, &topic, 1_000, 2_000).await;
+    let stopped = std::time::Instant::now();
+    let second = Sink::start(&with_id("sink-b"), "second");
+    let _logs = LogsOnPanic(&second);
+    wait_until(
+        "the other process's first commit",
+        Duration::from_secs(60),
+        || async { db.count("orders").await > 1_000 },
+    )
+    .await;
+    let waited = stopped.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3),
+        "the partitions moved after {waited:?}: the stopped static member left the group"
+    );
+    wait_drained(&db, &config.group, &topic, Duration::from_secs(60)).await;
+    assert_delivered_exactly_once(&db, "orders", &config.group, &topic.name, 2_000).await;
+    assert_orders_are(&db, "orders", &(0..2_000).collect::<Vec<_>>()).await;
+}
