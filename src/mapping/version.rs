@@ -123,36 +123,36 @@ impl Version {
         value: Option<&[u8]>,
         in_payload: bool,
     ) -> Result<RecordVersion, String> {
-        let missing = |reason: String| reason;
         match &self.from {
             VersionFrom::Column => Ok(RecordVersion::Mapped),
             VersionFrom::Timestamp => record
                 .timestamp
                 .map(RecordVersion::Number)
-                .ok_or_else(|| missing("the record has no timestamp".into())),
+                .ok_or_else(|| "the record has no timestamp".to_string()),
             VersionFrom::Field(_) => {
-                let value = value.ok_or_else(|| missing("the record has no value".into()))?;
+                let value = value.ok_or_else(|| "the record has no value".to_string())?;
                 let text = std::str::from_utf8(value)
-                    .map_err(|e| missing(format!("the value is not UTF-8: {e}")))?;
+                    .map_err(|e| format!("the value is not UTF-8: {e}"))?;
                 let raw: &RawValue = serde_json::from_str(text)
-                    .map_err(|e| missing(format!("the value is not JSON: {e}")))?;
+                    .map_err(|e| format!("the value is not JSON: {e}"))?;
                 let mut doc = JsonRef::of(raw);
                 // Connect's `{"schema", "payload"}` wrapping: the pointer is into the payload,
                 // as columns' pointers are, so one pointer fits both converter settings.
                 if in_payload && doc.get().starts_with('{') {
-                    if let Some(payload) = pointer::field(doc, "payload").map_err(missing)? {
+                    if let Some(payload) = pointer::field(doc, "payload")? {
                         if payload.get().starts_with('{') {
                             doc = payload;
                         }
                     }
                 }
-                let found = pointer::descend(doc, &self.path).map_err(missing)?;
+                let found = pointer::descend(doc, &self.path)?;
                 match found.map(JsonRef::get) {
-                    None => Err(missing("the value has no such field".into())),
-                    Some("null") => Err(missing("it is null".into())),
-                    Some(text) => text.parse::<i64>().map(RecordVersion::Number).map_err(|_| {
-                        missing(format!("{text} is not an integer (a 64-bit whole number)"))
-                    }),
+                    None => Err("the value has no such field".into()),
+                    Some("null") => Err("it is null".into()),
+                    Some(text) => text
+                        .parse::<i64>()
+                        .map(RecordVersion::Number)
+                        .map_err(|_| format!("{text} is not an integer (a 64-bit whole number)")),
                 }
             }
         }
