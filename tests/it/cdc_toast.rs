@@ -53,6 +53,16 @@ fn source_setup(rows: i32) -> String {
 }
 
 /// A sink applying the docs topic as README configures Debezium topics, dead-lettering.
+/// A fresh database holding the copy's empty `docs` table.
+async fn docs_copy() -> TestDb {
+    let db = TestDb::migrated().await;
+    db.pool
+        .execute(DOCS)
+        .await
+        .expect("create the copy's table");
+    db
+}
+
 fn sink_config(db: &TestDb, source: &CdcSource) -> SinkConfig {
     let mut config = SinkConfig::new(&db.url, &source.topic("docs"), "docs");
     config.metadata = String::new();
@@ -109,11 +119,7 @@ fn placeholders(sink: &Sink, outcome: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toasted_columns_keep_their_stored_values() {
     let source = CdcSource::start(&source_setup(10), &["docs"], CdcOptions::default()).await;
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(DOCS)
-        .await
-        .expect("create the copy's table");
+    let db = docs_copy().await;
     let config = sink_config(&db, &source);
     let mut sink = Sink::start(&config, "cdc-toast");
     wait_copy_equals_source(&source, &db, "docs", DOCS_COLUMNS, &sink).await;
@@ -201,11 +207,7 @@ async fn unchanged_toasted_columns_keep_their_stored_values() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_placeholder_for_a_missing_row_is_a_toast_unavailable_dead_letter() {
     let source = CdcSource::start(&source_setup(4), &["docs"], CdcOptions::default()).await;
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(DOCS)
-        .await
-        .expect("create the copy's table");
+    let db = docs_copy().await;
     let config = sink_config(&db, &source);
     let mut sink = Sink::start(&config, "cdc-toast-missing");
     wait_copy_equals_source(&source, &db, "docs", DOCS_COLUMNS, &sink).await;
@@ -303,11 +305,7 @@ async fn a_configured_placeholder_keeps_the_stored_values_too() {
         ..CdcOptions::default()
     };
     let source = CdcSource::start(&source_setup(3), &["docs"], options).await;
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(DOCS)
-        .await
-        .expect("create the copy's table");
+    let db = docs_copy().await;
     let mut config = sink_config(&db, &source);
     config.topic_settings += &format!("unavailable_value_placeholder = \"{MINE}\"\n");
     let mut sink = Sink::start(&config, "cdc-toast-configured");
@@ -339,11 +337,7 @@ async fn a_configured_placeholder_keeps_the_stored_values_too() {
 #[tokio::test(flavor = "multi_thread")]
 async fn under_fail_a_placeholder_for_a_missing_row_stops_the_sink_at_it() {
     let source = CdcSource::start(&source_setup(2), &["docs"], CdcOptions::default()).await;
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(DOCS)
-        .await
-        .expect("create the copy's table");
+    let db = docs_copy().await;
     let mut config = sink_config(&db, &source);
     config.topic_settings = "format = \"debezium\"\n".into();
     let mut sink = Sink::start(&config, "cdc-toast-fail");
@@ -397,11 +391,7 @@ async fn under_fail_a_placeholder_for_a_missing_row_stops_the_sink_at_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_change_needs_replica_identity_full_to_carry_unchanged_toasted_values() {
     let source = CdcSource::start(&source_setup(2), &["docs"], CdcOptions::default()).await;
-    let db = TestDb::migrated().await;
-    db.pool
-        .execute(DOCS)
-        .await
-        .expect("create the copy's table");
+    let db = docs_copy().await;
     let config = sink_config(&db, &source);
     let mut sink = Sink::start(&config, "cdc-toast-key-change");
     wait_copy_equals_source(&source, &db, "docs", DOCS_COLUMNS, &sink).await;
